@@ -1,0 +1,93 @@
+"""Typed configuration of the episode runner. Defaults are named constants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agent.protocol import HistoryPolicy, get_protocol
+from agent.registration import DEFAULT_ENV_ID, get_variant
+
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_ATTEMPTS = 4
+DEFAULT_BACKOFF_INITIAL_S = 0.25
+DEFAULT_BACKOFF_MAX_S = 8.0
+DEFAULT_RETRY_AFTER_CAP_S = 30.0
+DEFAULT_EPISODE_RETRY_BUDGET = 16
+DEFAULT_MAX_TOKENS = 32
+DEFAULT_CONCURRENCY = 8
+
+
+class ConfigModel(BaseModel):
+    """Base of every config: unknown keys are errors; loadable from YAML."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def from_file(cls, path: str | Path):
+        """Load from a YAML (or JSON) file."""
+        data: Any = yaml.safe_load(Path(path).read_text())
+        return cls.model_validate(data or {})
+
+
+class EndpointConfig(ConfigModel):
+    """Where the model is served: any OpenAI-compatible API."""
+
+    base_url: str = Field(description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+    api_key: str = Field("EMPTY", description="bearer token; 'EMPTY' when the server needs none")
+    model: str = Field(description="model id, '<base>' or '<base>:<adapter>'")
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, description="per-request timeout in seconds")
+
+
+class RetryPolicy(ConfigModel):
+    """How transient endpoint failures (connection, timeout, 408/409/429, 5xx) are retried."""
+
+    max_attempts: int = Field(DEFAULT_MAX_ATTEMPTS, ge=1, description="attempts per request, first included")
+    backoff_initial_s: float = Field(DEFAULT_BACKOFF_INITIAL_S, ge=0, description="first backoff delay")
+    backoff_max_s: float = Field(DEFAULT_BACKOFF_MAX_S, ge=0, description="largest backoff delay")
+    retry_after_cap_s: float = Field(DEFAULT_RETRY_AFTER_CAP_S, ge=0, description="cap on a server's Retry-After")
+    episode_budget: int = Field(DEFAULT_EPISODE_RETRY_BUDGET, ge=0, description="retries allowed per episode in all")
+
+
+class SamplingParams(ConfigModel):
+    """Sampling sent with every chat request."""
+
+    temperature: float = Field(0.0, ge=0, description="0 is greedy")
+    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1, description="completion token limit per turn")
+    top_p: float | None = Field(None, gt=0, le=1, description="nucleus sampling; None leaves the server default")
+    seed: int | None = Field(None, description="sampling seed, when the server supports it")
+
+
+class RunnerConfig(ConfigModel):
+    """What an episode run needs besides the policy."""
+
+    env_id: str = Field(DEFAULT_ENV_ID, description="registered maze variant")
+    max_turns: int | None = Field(None, ge=1, description="turn limit; None uses the variant's default")
+    protocol: str = Field("tuple", description="prompt protocol name (tuple or keyword)")
+    history: HistoryPolicy = Field(default_factory=HistoryPolicy, description="which earlier turns are sent")
+    sampling: SamplingParams = Field(default_factory=SamplingParams, description="sampling parameters")
+    retry: RetryPolicy = Field(default_factory=RetryPolicy, description="transient-failure retry policy")
+    concurrency: int = Field(DEFAULT_CONCURRENCY, ge=1, description="episodes run at once")
+
+    @field_validator("env_id")
+    @classmethod
+    def _known_env(cls, v: str) -> str:
+        get_variant(v)
+        return v
+
+    @field_validator("protocol")
+    @classmethod
+    def _known_protocol(cls, v: str) -> str:
+        return get_protocol(v).name
+
+    @field_validator("history", mode="before")
+    @classmethod
+    def _history_from_str(cls, v: Any) -> Any:
+        return HistoryPolicy.parse(v) if isinstance(v, str) else v
+
+    @property
+    def turn_limit(self) -> int:
+        return self.max_turns or get_variant(self.env_id).max_turns

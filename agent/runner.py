@@ -1,0 +1,196 @@
+"""The async episode runner: drives a maze episode turn by turn against a policy.
+
+``run_episodes_async`` is the one implementation; ``run_episode(s)`` are ``asyncio.run`` shells.
+An endpoint failure that outlives the retry policy ends the episode with ``stop_reason=error``:
+it is never scored as solved or failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from agent.config import EndpointConfig, RunnerConfig
+from agent.env import ENV_SPEC_VERSION, MazeEnv
+from agent.errors import PolicyError, RetryBudgetExhausted
+from agent.mazes import grid_to_rows, shortest_path
+from agent.policies import OpenAIPolicy, Policy, PolicyReply, as_policy
+from agent.protocol import assistant_message, get_protocol, user_message
+from agent.records import EpisodeRecord, StopReason, TurnRecord
+from agent.registration import register_envs
+
+log = logging.getLogger(__name__)
+
+PARSE_FAILURE = "PARSE_FAILURE"
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """Which maze to play: a seed, or an explicit initial state via ``options``."""
+
+    seed: int | None = None
+    sample: int = 0
+    options: dict[str, Any] | None = None
+
+
+@dataclass
+class _RetryState:
+    """Retries spent in one episode (the budget is per episode, across turns)."""
+
+    budget: int
+    used: int = 0
+    turn_used: int = field(default=0)
+
+
+def _make_env(env_id: str) -> MazeEnv:
+    register_envs()
+    # The runner owns the turn limit (parse failures count as turns without stepping the env).
+    return gym.make(env_id, disable_env_checker=True).unwrapped  # type: ignore[return-value]
+
+
+async def _call_with_retries(policy: Policy, messages, cfg: RunnerConfig, state: _RetryState) -> PolicyReply:
+    retry = cfg.retry
+    delay = retry.backoff_initial_s
+    for attempt in range(1, retry.max_attempts + 1):
+        try:
+            return await policy(messages, cfg.sampling)
+        except PolicyError as exc:
+            if not exc.transient:
+                raise
+            if attempt == retry.max_attempts or state.used >= state.budget:
+                raise RetryBudgetExhausted(f"gave up after {attempt} attempt(s): {exc}") from exc
+            wait = delay * (0.5 + random.random())  # jitter spreads concurrent retries
+            if exc.retry_after_s is not None:
+                wait = min(max(wait, exc.retry_after_s), retry.retry_after_cap_s)
+            state.used += 1
+            state.turn_used += 1
+            log.debug("transient failure (%s); retry %d in %.2fs", exc, attempt, wait)
+            await asyncio.sleep(wait)
+            delay = min(delay * 2, retry.backoff_max_s)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def run_episode_async(policy: Policy | Callable[..., Any], spec: EpisodeSpec, cfg: RunnerConfig) -> EpisodeRecord:
+    """Play one episode and return its record."""
+    policy = as_policy(policy)
+    proto = get_protocol(cfg.protocol)
+    env = _make_env(cfg.env_id)
+    frame, info = env.reset(seed=spec.seed, options=spec.options)
+    start, goal = tuple(env.agent), tuple(env.goal)
+    path = shortest_path(env.grid, start, goal)
+    conversation = [user_message(proto.initial_text(env.size, env.size), frame)]
+    record = EpisodeRecord(
+        env_id=cfg.env_id,
+        env_spec_version=ENV_SPEC_VERSION,
+        seed=spec.seed,
+        sample=spec.sample,
+        model=policy.label,
+        protocol=proto.id,
+        history=str(cfg.history),
+        sampling=cfg.sampling.model_dump(exclude_none=True),
+        max_turns=cfg.turn_limit,
+        maze=grid_to_rows(env.grid),
+        start=list(start),
+        goal=list(goal),
+        optimal_moves=None if path is None else len(path),
+        stop_reason=StopReason.TURN_LIMIT,
+    )
+    retries = _RetryState(budget=cfg.retry.episode_budget)
+    t_start = time.perf_counter()
+    for index in range(1, cfg.turn_limit + 1):
+        retries.turn_used = 0
+        t0 = time.perf_counter()
+        try:
+            reply = await _call_with_retries(policy, cfg.history.select(conversation), cfg, retries)
+        except PolicyError as exc:
+            record.stop_reason, record.error = StopReason.ERROR, str(exc)
+            break
+        latency = time.perf_counter() - t0
+        conversation.append(assistant_message(reply.text))
+        action = proto.parse(reply.text)
+        turn = dict(
+            index=index,
+            reply=reply.text,
+            latency_s=latency,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            retries=retries.turn_used,
+        )
+        if action is None:
+            # The env is not stepped, but the turn counts.
+            text = proto.parse_failure_text()
+            record.turns.append(TurnRecord(action=None, feedback=text, feedback_code=PARSE_FAILURE, agent=list(env.agent), **turn))
+            conversation.append(user_message(text, frame))
+            continue
+        frame, reward, terminated, _, info = env.step(action)
+        record.turns.append(
+            TurnRecord(action=list(action), feedback=info["feedback"], feedback_code=info["feedback_code"],
+                       reward=float(reward), agent=list(env.agent), **turn)
+        )
+        record.reward += float(reward)
+        if terminated:
+            record.success = reward >= 1.0
+            record.stop_reason = StopReason.GOAL if record.success else StopReason.WRONG_STOP
+            break
+        conversation.append(user_message(info["feedback"], frame))
+    record.wall_time_s = time.perf_counter() - t_start
+    return record
+
+
+async def run_episodes_async(
+    policy: Policy | Callable[..., Any],
+    specs: Sequence[EpisodeSpec | int],
+    cfg: RunnerConfig | None = None,
+    *,
+    on_done: Callable[[EpisodeRecord], Any] | None = None,
+) -> list[EpisodeRecord]:
+    """Play many episodes concurrently (at most ``cfg.concurrency`` at once).
+
+    Args:
+        policy: a :class:`Policy` or a plain ``f(messages) -> str`` callable.
+        specs: episode specs, or plain seeds.
+        cfg: runner config (defaults: maze_2d/simple, tuple protocol, full history, greedy).
+        on_done: called with each record as it finishes (progress bars, stores).
+
+    Returns:
+        The records, in the order of ``specs``.
+    """
+    cfg = cfg or RunnerConfig()
+    policy = as_policy(policy)
+    sem = asyncio.Semaphore(cfg.concurrency)
+    specs = [s if isinstance(s, EpisodeSpec) else EpisodeSpec(seed=int(s)) for s in specs]
+
+    async def one(spec: EpisodeSpec) -> EpisodeRecord:
+        async with sem:
+            rec = await run_episode_async(policy, spec, cfg)
+        if on_done is not None:
+            on_done(rec)
+        return rec
+
+    return list(await asyncio.gather(*(one(s) for s in specs)))
+
+
+def run_episodes(policy, specs, cfg: RunnerConfig | None = None, **kwargs) -> list[EpisodeRecord]:
+    """Synchronous shell over :func:`run_episodes_async`."""
+    return asyncio.run(run_episodes_async(policy, specs, cfg, **kwargs))
+
+
+def run_episode(policy, spec: EpisodeSpec | int, cfg: RunnerConfig | None = None) -> EpisodeRecord:
+    """Synchronous shell: play one episode."""
+    return run_episodes(policy, [spec], cfg)[0]
+
+
+async def run_endpoint_async(endpoint: EndpointConfig, specs: Sequence[EpisodeSpec | int], cfg: RunnerConfig | None = None, **kwargs) -> list[EpisodeRecord]:
+    """Play episodes against an OpenAI-compatible endpoint, closing the client afterwards."""
+    policy = OpenAIPolicy(endpoint)
+    try:
+        return await run_episodes_async(policy, specs, cfg, **kwargs)
+    finally:
+        await policy.aclose()
