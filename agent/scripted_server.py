@@ -1,0 +1,142 @@
+"""A scripted OpenAI-compatible chat server that plays mazes with a BFS policy.
+
+For runner tests, benchmarks and demos without a model. It reads the maze from the last image
+in each request, so it exercises the real protocol end to end. Faults are chosen per request
+by query parameters in the model id, deterministically, so one server covers every test case::
+
+    bfs                              perfect play
+    bfs?malformed=0.3                ~30% of replies unparseable (hash of the request decides)
+    bfs?fail_first=2&status=429      each distinct request fails twice with 429, then succeeds
+    bfs?delay=0.5                    every reply waits 0.5 s
+    bfs?protocol=keyword             reply in the keyword protocol
+
+``GET /stats`` reports requests served and the most requests seen in flight at once;
+``GET /requests`` returns the last requests' messages; ``POST /stats/reset`` clears both.
+
+Run: ``python -m agent.scripted_server --port 8001`` (prints ``READY <base_url>`` when serving).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections import Counter, deque
+from typing import Any
+from urllib.parse import parse_qsl
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from agent.policies import solver_reply
+
+log = logging.getLogger(__name__)
+
+
+class _State:
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.requests = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.attempts: Counter[str] = Counter()
+        self.recent: deque[dict[str, Any]] = deque(maxlen=64)
+
+
+def _options(model: str) -> dict[str, str]:
+    _, _, query = model.partition("?")
+    return dict(parse_qsl(query))
+
+
+def _error(status: int, message: str, code: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "scripted_error", "code": code}}, status_code=status)
+
+
+def create_app() -> FastAPI:
+    """The FastAPI app (one state per app)."""
+    app = FastAPI(title="maze scripted server")
+    state = _State()
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": "bfs", "object": "model", "owned_by": "maze-gateway"}]}
+
+    @app.get("/stats")
+    async def stats() -> dict[str, Any]:
+        return {"requests": state.requests, "max_in_flight": state.max_in_flight, "in_flight": state.in_flight}
+
+    @app.post("/stats/reset")
+    async def reset() -> dict[str, bool]:
+        state.reset()
+        return {"ok": True}
+
+    @app.get("/requests")
+    async def requests() -> list[dict[str, Any]]:
+        return list(state.recent)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await request.json()
+        model, messages = body.get("model", ""), body.get("messages")
+        state.requests += 1
+        if not model.startswith("bfs"):
+            return _error(404, f"model {model!r} does not exist", "model_not_found")
+        if not isinstance(messages, list) or not messages:
+            return _error(400, "messages must be a non-empty list", "invalid_messages")
+        opts = _options(model)
+        key = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+        state.in_flight += 1
+        state.max_in_flight = max(state.max_in_flight, state.in_flight)
+        state.recent.append({"model": model, "messages": messages})
+        try:
+            await asyncio.sleep(float(opts.get("delay", 0)))
+            state.attempts[key] += 1
+            if state.attempts[key] <= int(opts.get("fail_first", 0)):
+                status = int(opts.get("status", 500))
+                return _error(status, f"scripted failure {state.attempts[key]}", "scripted")
+            if int(key[:8], 16) / 0xFFFFFFFF < float(opts.get("malformed", 0)):
+                text = "I am not sure where to go."
+            else:
+                text = solver_reply(messages, opts.get("protocol", "tuple"))
+        finally:
+            state.in_flight -= 1
+        return {
+            "id": f"chatcmpl-{key[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 64 * len(messages), "completion_tokens": 6, "total_tokens": 64 * len(messages) + 6},
+        }
+
+    return app
+
+
+def main() -> None:
+    import socket
+
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    sock = socket.socket()
+    sock.bind((args.host, args.port))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(), log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    # Announce only once the socket is bound and listening.
+    print(f"READY http://{args.host}:{port}/v1", flush=True)  # noqa: T201 (machine-read line)
+    server.run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""The episode runner against a real HTTP server on 127.0.0.1 speaking the OpenAI chat API."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from agent import (
+    EndpointConfig,
+    EpisodeSpec,
+    RetryPolicy,
+    RunnerConfig,
+    StopReason,
+    TUPLE,
+    bfs_policy,
+    read_jsonl,
+    replay_frames,
+    run_endpoint_async,
+    run_episodes,
+    write_jsonl,
+)
+from agent.env import MazeEnv
+
+FAST_RETRY = RetryPolicy(max_attempts=4, backoff_initial_s=0.01, backoff_max_s=0.05, episode_budget=100)
+
+
+def endpoint(scripted, model="bfs", timeout_s=10.0) -> EndpointConfig:
+    return EndpointConfig(base_url=scripted.url, model=model, timeout_s=timeout_s)
+
+
+async def test_solved_episodes_recorded_as_solved(scripted):
+    recs = await run_endpoint_async(endpoint(scripted), range(64), RunnerConfig(concurrency=16))
+    assert [r.seed for r in recs] == list(range(64))
+    solved = [r for r in recs if r.success]
+    assert len(solved) == 63
+    for r in solved:
+        assert r.stop_reason is StopReason.GOAL and r.reward == 1.0 and r.path_efficiency == 1.0
+        assert r.num_turns == r.optimal_moves + 1 and r.invalid_actions == 0
+        assert r.turns[-1].action == ["stop", "stop"] and r.turns[0].prompt_tokens == 64
+    (unsolved,) = [r for r in recs if not r.success]
+    assert unsolved.optimal_moves == 16 and unsolved.stop_reason is StopReason.TURN_LIMIT and unsolved.num_turns == 15
+
+
+async def test_malformed_replies_become_parse_failure_turns(scripted):
+    recs = await run_endpoint_async(endpoint(scripted, "bfs?malformed=1"), [0], RunnerConfig())
+    (rec,) = recs
+    assert rec.stop_reason is StopReason.TURN_LIMIT and rec.num_turns == 15 and not rec.success
+    assert rec.parse_failures == 15 and all(t.action is None for t in rec.turns)
+    assert all(t.agent == rec.start for t in rec.turns)  # the env was never stepped
+    sent = scripted.requests()[-1]["messages"]
+    assert sent[-1]["content"][0]["text"] == TUPLE.parse_failure_text()
+    assert sent[-1]["content"][1]["type"] == "image_url"
+
+
+async def test_some_malformed_replies_still_solve(scripted):
+    recs = await run_endpoint_async(endpoint(scripted, "bfs?malformed=0.3"), range(8), RunnerConfig())
+    assert sum(r.parse_failures for r in recs) > 0
+    assert all(r.stop_reason in (StopReason.GOAL, StopReason.TURN_LIMIT) for r in recs)
+    assert any(r.success for r in recs)
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+async def test_transient_failures_are_retried(scripted, status):
+    cfg = RunnerConfig(retry=FAST_RETRY)
+    (rec,) = await run_endpoint_async(endpoint(scripted, f"bfs?fail_first=2&status={status}"), [1], cfg)
+    assert rec.success and all(t.retries == 2 for t in rec.turns)
+    assert scripted.stats()["requests"] == 3 * rec.num_turns
+
+
+async def test_retries_are_bounded_and_mark_the_episode_errored(scripted):
+    cfg = RunnerConfig(retry=FAST_RETRY)
+    (rec,) = await run_endpoint_async(endpoint(scripted, "bfs?fail_first=99&status=503"), [1], cfg)
+    assert rec.stop_reason is StopReason.ERROR and not rec.success and rec.num_turns == 0
+    assert "503" in rec.error and "4 attempt" in rec.error
+    assert scripted.stats()["requests"] == 4
+
+
+async def test_episode_retry_budget_is_shared_across_turns(scripted):
+    cfg = RunnerConfig(retry=RetryPolicy(max_attempts=4, backoff_initial_s=0.0, episode_budget=5))
+    (rec,) = await run_endpoint_async(endpoint(scripted, "bfs?fail_first=2&status=429"), [1], cfg)
+    # 2 retries per turn: turns 1 and 2 spend 4, turn 3 exhausts the budget of 5.
+    assert rec.stop_reason is StopReason.ERROR and rec.num_turns == 2
+
+
+@pytest.mark.parametrize("model, status", [("nope", 404), ("bfs?fail_first=1&status=400", 400)])
+async def test_permanent_failures_are_not_retried(scripted, model, status):
+    (rec,) = await run_endpoint_async(endpoint(scripted, model), [0], RunnerConfig(retry=FAST_RETRY))
+    assert rec.stop_reason is StopReason.ERROR and f"HTTP {status}" in rec.error
+    assert scripted.stats()["requests"] == 1
+
+
+async def test_timeouts_are_honoured(scripted):
+    cfg = RunnerConfig(retry=RetryPolicy(max_attempts=2, backoff_initial_s=0.0))
+    t0 = time.perf_counter()
+    (rec,) = await run_endpoint_async(endpoint(scripted, "bfs?delay=5", timeout_s=0.3), [0], cfg)
+    elapsed = time.perf_counter() - t0
+    assert rec.stop_reason is StopReason.ERROR and "Timeout" in rec.error
+    assert elapsed < 2.0
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_concurrency_is_respected(scripted, concurrency):
+    cfg = RunnerConfig(concurrency=concurrency, max_turns=2)
+    await run_endpoint_async(endpoint(scripted, "bfs?delay=0.05"), range(12), cfg)
+    assert scripted.stats()["max_in_flight"] == concurrency
+
+
+async def test_messages_have_the_exact_protocol_shape(scripted):
+    (rec,) = await run_endpoint_async(endpoint(scripted), [0], RunnerConfig())
+    reqs = [r["messages"] for r in scripted.requests()]
+    assert len(reqs) == rec.num_turns
+    first = reqs[0]
+    assert len(first) == 1 and first[0]["role"] == "user"
+    assert [p["type"] for p in first[0]["content"]] == ["text", "image_url"]
+    assert first[0]["content"][0]["text"] == TUPLE.initial_text(7, 7)
+    assert first[0]["content"][1]["image_url"]["url"].startswith("data:image/png;base64,")
+    last = reqs[-1]
+    assert [m["role"] for m in last] == ["user", "assistant"] * (rec.num_turns - 1) + ["user"]
+    assert last[1]["content"] == rec.turns[0].reply
+    assert last[2]["content"][0]["text"] == rec.turns[0].feedback
+    assert all(m["role"] != "system" for m in last)
+
+
+async def test_window_history_bounds_what_is_sent(scripted):
+    (rec,) = await run_endpoint_async(endpoint(scripted), [0], RunnerConfig(history="window:1"))
+    assert rec.success and rec.history == "window:1"
+    for msgs in (r["messages"] for r in scripted.requests()):
+        assert len(msgs) <= 3
+        assert msgs[0]["content"][0]["text"].startswith("You are navigating a 7x7 maze.")
+
+
+async def test_keyword_protocol_end_to_end(scripted):
+    cfg = RunnerConfig(protocol="keyword", env_id="maze_2d/easy")
+    recs = await run_endpoint_async(endpoint(scripted, "bfs?protocol=keyword"), range(4), cfg)
+    assert all(r.success and r.protocol == "keyword/v1" for r in recs)
+
+
+def test_plain_callable_policy_and_jsonl_replay(tmp_path):
+    recs = run_episodes(bfs_policy(), [EpisodeSpec(seed=s) for s in range(3)], RunnerConfig(env_id="maze_2d/hard"))
+    assert all(r.success for r in recs)
+    calls = []
+
+    def always_up(messages):
+        calls.append(len(messages))
+        return "('move', 1)"
+
+    (stuck,) = run_episodes(always_up, [0], RunnerConfig(max_turns=3))
+    assert stuck.num_turns == 3 and stuck.wall_bumps == 3 and calls == [1, 3, 5]
+
+    path = tmp_path / "episodes.jsonl"
+    write_jsonl(recs + [stuck], path)
+    loaded = list(read_jsonl(path))
+    assert loaded == recs + [stuck]
+    frames = replay_frames(loaded[0])
+    env = MazeEnv(size=11)
+    first, _ = env.reset(seed=0)
+    assert len(frames) == loaded[0].num_turns + 1 and (frames[0] == first).all()
+
+
+def test_replay_detects_a_corrupt_trajectory(tmp_path):
+    (rec,) = run_episodes(bfs_policy(), [0])
+    rec.turns[2].agent = [1, 1]
+    with pytest.raises(ValueError, match="turn 3"):
+        replay_frames(rec)
+
+
+def test_runner_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="unknown env id"):
+        RunnerConfig(env_id="maze_2d/giant")
+    with pytest.raises(ValueError, match="unknown protocol"):
+        RunnerConfig(protocol="json")
+    with pytest.raises(ValueError):
+        RunnerConfig(concurrency=0)
