@@ -116,6 +116,7 @@ class MazeEnv(gym.Env):
         self.grid = np.ones((size, size), dtype=np.int8)
         self.agent: tuple[int, int] = (1, 1)
         self.goal: tuple[int, int] = (1, 1)
+        self._rows = grid_to_rows(self.grid)
 
     # -- gymnasium API -------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -125,6 +126,7 @@ class MazeEnv(gym.Env):
         else:
             layout = generate(self.size, self.size, self.np_random)
         self.grid, self.agent, self.goal = layout.grid, layout.start, layout.goal
+        self._rows = grid_to_rows(self.grid)  # the maze never changes within an episode
         return self._frame(), self._info(Feedback.EXECUTED, reset=True)
 
     def step(self, action: Any):
@@ -168,7 +170,7 @@ class MazeEnv(gym.Env):
             "distance": abs(self.agent[0] - self.goal[0]) + abs(self.agent[1] - self.goal[1]),
             "agent": self.agent,
             "goal": self.goal,
-            "maze": grid_to_rows(self.grid),
+            "maze": list(self._rows),
             "feedback": None if reset else feedback.value,
             "feedback_code": None if reset else feedback.name,
             "valid": None if reset else feedback.valid,
