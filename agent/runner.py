@@ -8,6 +8,7 @@ it is never scored as solved or failed.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import random
 import time
@@ -157,7 +158,7 @@ async def run_episodes_async(
         policy: a :class:`Policy` or a plain ``f(messages) -> str`` callable.
         specs: episode specs, or plain seeds.
         cfg: runner config (defaults: maze_2d/simple, tuple protocol, full history, greedy).
-        on_done: called with each record as it finishes (progress bars, stores).
+        on_done: called with each record as it finishes (progress bars, stores); may be async.
 
     Returns:
         The records, in the order of ``specs``.
@@ -171,7 +172,9 @@ async def run_episodes_async(
         async with sem:
             rec = await run_episode_async(policy, spec, cfg)
         if on_done is not None:
-            on_done(rec)
+            result = on_done(rec)
+            if inspect.isawaitable(result):  # e.g. a store write run in a thread
+                await result
         return rec
 
     return list(await asyncio.gather(*(one(s) for s in specs)))

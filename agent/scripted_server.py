@@ -9,6 +9,7 @@ by query parameters in the model id, deterministically, so one server covers eve
     bfs?fail_first=2&status=429      each distinct request fails twice with 429, then succeeds
     bfs?delay=0.5                    every reply waits 0.5 s
     bfs?protocol=keyword             reply in the keyword protocol
+    bfs:noisy                        a listed "adapter" preset (see PRESETS)
 
 ``GET /stats`` reports requests served and the most requests seen in flight at once;
 ``GET /requests`` returns the last requests' messages; ``POST /stats/reset`` clears both.
@@ -48,9 +49,18 @@ class _State:
         self.recent: deque[dict[str, Any]] = deque(maxlen=64)
 
 
-def _options(model: str) -> dict[str, str]:
-    _, _, query = model.partition("?")
-    return dict(parse_qsl(query))
+#: Adapters the server lists as ``bfs:<name>``: fault presets, so clients that check
+#: ``/v1/models`` (like ``maze-eval``) can evaluate them.
+PRESETS: dict[str, str] = {"perfect": "", "noisy": "malformed=0.3", "broken": "malformed=1", "slow": "delay=0.05"}
+
+
+def _options(model: str) -> dict[str, str] | None:
+    """Fault options of a model id, or None when the id names no model here."""
+    name, _, query = model.partition("?")
+    base, _, adapter = name.partition(":")
+    if base != "bfs" or (adapter and adapter not in PRESETS):
+        return None
+    return {**dict(parse_qsl(PRESETS.get(adapter, ""))), **dict(parse_qsl(query))}
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
@@ -64,7 +74,8 @@ def create_app() -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "bfs", "object": "model", "owned_by": "maze-gateway"}]}
+        ids = ["bfs"] + [f"bfs:{name}" for name in PRESETS]
+        return {"object": "list", "data": [{"id": i, "object": "model", "owned_by": "maze-gateway"} for i in ids]}
 
     @app.get("/stats")
     async def stats() -> dict[str, Any]:
@@ -84,11 +95,11 @@ def create_app() -> FastAPI:
         body = await request.json()
         model, messages = body.get("model", ""), body.get("messages")
         state.requests += 1
-        if not model.startswith("bfs"):
+        opts = _options(model)
+        if opts is None:
             return _error(404, f"model {model!r} does not exist", "model_not_found")
         if not isinstance(messages, list) or not messages:
             return _error(400, "messages must be a non-empty list", "invalid_messages")
-        opts = _options(model)
         key = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
         state.in_flight += 1
         state.max_in_flight = max(state.max_in_flight, state.in_flight)

@@ -1,0 +1,47 @@
+"""Agent profiles: the prompt protocol and history policy a base model was trained with.
+
+The runner, ``maze-eval`` and the gateway use a base model's profile by default so users never
+have to remember it. A gateway reports it per model in ``/v1/models`` (``agent_profile``); a model
+folder carries it as ``agent_profile.json``; unknown models get VisGym's defaults (tuple, full).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.protocol import HistoryPolicy
+
+PROFILE_FILE = "agent_profile.json"
+
+
+class AgentProfile(BaseModel):
+    """How to talk to a model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    protocol: str = Field("tuple", description="prompt protocol name")
+    history: HistoryPolicy = Field(default_factory=HistoryPolicy, description="history policy")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> AgentProfile:
+        data = dict(data)
+        if isinstance(data.get("history"), str):
+            data["history"] = HistoryPolicy.parse(data["history"])
+        return cls.model_validate(data)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"protocol": self.protocol, "history": str(self.history)}
+
+
+DEFAULT_PROFILE = AgentProfile()
+
+
+def load_profile(model_dir: str | Path) -> AgentProfile:
+    """The profile stored in a model folder, or the default when it has none."""
+    path = Path(model_dir) / PROFILE_FILE
+    if not path.is_file():
+        return DEFAULT_PROFILE
+    return AgentProfile.from_dict(json.loads(path.read_text()))

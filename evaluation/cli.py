@@ -1,0 +1,174 @@
+"""``maze-eval``: score an adapter on the fixed maze set; leaderboard, compare and report.
+
+Exit codes (stable): 0 done, 1 run incomplete (errored episodes remain; ``--resume`` retries
+them), 2 bad input, 3 endpoint or model unavailable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import click
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from evaluation.config import EvalConfig
+from evaluation.evaluate import EvalError, EvalResult, evaluate
+from evaluation.leaderboard import compare, leaderboard
+from evaluation.store import Store
+
+EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 0, 1, 2, 3
+console = Console(stderr=True)
+
+
+def _fail(message: str, code: int, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"error": message, "exit_code": code}))
+    else:
+        console.print(f"[red]error:[/red] {message}")
+    sys.exit(code)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+@click.group(invoke_without_command=True, context_settings={"auto_envvar_prefix": "MAZE", "help_option_names": ["-h", "--help"]})
+@click.option("--endpoint", help="OpenAI-compatible base URL (default: the embedded gateway)")
+@click.option("--api-key", default="EMPTY", show_default=True, help="bearer token for the endpoint")
+@click.option("--base", help="base model id (default: the endpoint's first base model)")
+@click.option("--adapter", help="LoRA adapter to score (default: the base alone)")
+@click.option("--env", "env_id", default="maze_2d/simple", show_default=True, help="maze variant")
+@click.option("--seeds", default="0-63", show_default=True, help="e.g. 0-63 or 1,5,9")
+@click.option("--samples", default=1, show_default=True, help="samples per seed (pass@k with k = samples)")
+@click.option("--temperature", default=0.0, show_default=True, help="0 is greedy")
+@click.option("--max-turns", type=int, help="turn limit (default: the variant's)")
+@click.option("--protocol", help="prompt protocol (default: the base model's agent profile)")
+@click.option("--history", help="'full' or 'window:K' (default: the base model's agent profile)")
+@click.option("--concurrency", default=8, show_default=True, help="episodes at once")
+@click.option("--run-name", help="a name for the run")
+@click.option("--resume", "resume", metavar="RUN", help="continue run RUN: play only missing or errored episodes")
+@click.option("--db", help="results database: SQLAlchemy URL or SQLite path (default: MAZE_DB or ~/.local/share/maze-gateway/results.db)")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON on stdout")
+@click.pass_context
+def main(ctx: click.Context, as_json: bool, resume: str | None, **opts) -> None:
+    """Score BASE[:ADAPTER] on the maze set and store the run (no subcommand)."""
+    ctx.ensure_object(dict)
+    ctx.obj.update(db=opts["db"])
+    if ctx.invoked_subcommand is not None:
+        return
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        cfg = EvalConfig(**{k: v for k, v in opts.items() if v is not None})
+    except ValidationError as exc:
+        _fail("; ".join(e["msg"] for e in exc.errors()), EXIT_BAD_INPUT, as_json)
+    try:
+        result = _run_with_progress(cfg, resume, quiet=as_json)
+    except EvalError as exc:
+        _fail(str(exc), exc.exit_code, as_json)
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+    else:
+        _print_result(result)
+    sys.exit(EXIT_OK if result.status == "complete" else EXIT_INCOMPLETE)
+
+
+def _run_with_progress(cfg: EvalConfig, resume: str | None, quiet: bool) -> EvalResult:
+    counts = {"solved": 0, "errors": 0, "done": 0}
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("solve rate {task.fields[rate]}  errors {task.fields[errors]}"), TimeElapsedColumn()]
+    with Progress(*columns, console=console, disable=quiet, transient=False) as progress:
+        task = progress.add_task("episodes", total=None, rate="-", errors=0)
+
+        def on_episode(rec, done, total) -> None:
+            counts["done"] += 1
+            counts["solved"] += rec.success
+            counts["errors"] += rec.stop_reason.value == "error"
+            scored = counts["done"] - counts["errors"]
+            rate = f"{counts['solved'] / scored:.1%}" if scored else "-"
+            progress.update(task, completed=done, total=total, rate=rate, errors=counts["errors"])
+
+        return evaluate(cfg, resume=resume, on_episode=on_episode)
+
+
+def _print_result(r: EvalResult) -> None:
+    s, m = r.summary, r.manifest
+    out = Console()
+    out.print(f"run [bold]{r.run_id}[/bold] ({r.status}): {m.model_id} on {m.env_id}, {m.protocol}, history {m.history}")
+    out.print(f"solved {s.solved}/{s.n} = {s.solve_rate:.1%} (95% CI {s.ci_low:.1%}-{s.ci_high:.1%}), errors {s.errors}")
+    if s.pass_at_k is not None:
+        out.print(f"pass@{s.k} = {s.pass_at_k:.1%}")
+    out.print(f"mean turns when solved {s.mean_turns_solved or 0:.2f}, path efficiency {_pct(s.path_efficiency)}, "
+              f"invalid actions {_pct(s.invalid_action_rate)}")
+    if r.status != "complete":
+        out.print(f"[yellow]{s.errors} episodes errored; continue with: maze-eval --resume {r.run_id}[/yellow]")
+
+
+@main.command("leaderboard")
+@click.option("--env", "env_id", help="only this maze variant")
+@click.option("--curves", is_flag=True, help="also list training-curve points")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def leaderboard_cmd(obj: dict, env_id: str | None, curves: bool, as_json: bool) -> None:
+    """One row per (base, adapter, env, protocol): the latest complete run."""
+    store = Store(obj.get("db"))
+    rows = leaderboard(store, env_id)
+    points = store.curve() if curves else []
+    if as_json:
+        data = [{"model": r.model, **r.model_dump(mode="json")} for r in rows]
+        click.echo(json.dumps({"rows": data, "curves": points} if curves else data, indent=2, default=str))
+        return
+    table = Table(title="maze-eval leaderboard")
+    for col in ("model", "env", "protocol", "solve rate", "95% CI", "n", "turns (solved)", "path eff.", "invalid", "run", "date"):
+        table.add_column(col)
+    for r in rows:
+        s = r.summary
+        table.add_row(r.model, r.env_id, r.protocol, _pct(s.solve_rate), f"{s.ci_low:.1%}-{s.ci_high:.1%}", str(s.n),
+                      f"{s.mean_turns_solved:.2f}" if s.mean_turns_solved else "-", _pct(s.path_efficiency),
+                      _pct(s.invalid_action_rate), r.run_id, r.date)
+    for p in points:
+        table.add_row(f"{p['base']} [{p['source']}] step {p['step']}", p["env_id"], "-", f"{p['metric']}={p['value']:.3f}",
+                      "", "", "", "", "", "training curve", str(p["recorded_at"])[:16])
+    Console().print(table)
+
+
+@main.command("compare")
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def compare_cmd(obj: dict, run_a: str, run_b: str, as_json: bool) -> None:
+    """Pair RUN_A and RUN_B on seeds: both / only A / only B / neither, exact McNemar p."""
+    try:
+        c = compare(Store(obj.get("db")), run_a, run_b)
+    except KeyError as exc:
+        _fail(f"no run {exc.args[0]!r}", EXIT_BAD_INPUT, as_json)
+    if as_json:
+        click.echo(c.model_dump_json(indent=2))
+        return
+    out = Console()
+    out.print(f"{c.paired} paired seeds: both {c.both}, only A {c.only_a}, only B {c.only_b}, neither {c.neither}")
+    out.print(f"A {c.solve_rate_a:.1%} vs B {c.solve_rate_b:.1%}; exact McNemar p = {c.p_value:.3g}")
+
+
+@main.command("report")
+@click.argument("run_id")
+@click.option("--out", "out_path", help="HTML file to write (default: RUN_ID.html)")
+@click.pass_obj
+def report_cmd(obj: dict, run_id: str, out_path: str | None) -> None:
+    """Write a self-contained HTML report of RUN_ID (grid, plots, GIF replays)."""
+    from evaluation.report import write_report
+
+    try:
+        path = write_report(Store(obj.get("db")), run_id, out_path or f"{run_id}.html")
+    except KeyError:
+        _fail(f"no run {run_id!r}", EXIT_BAD_INPUT, False)
+    click.echo(str(path))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""``EvalConfig``: one typed config for an evaluation run (CLI and library share it)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from agent.config import ConfigModel, RetryPolicy
+from agent.protocol import HistoryPolicy, get_protocol
+from agent.registration import DEFAULT_ENV_ID, get_variant
+
+DEFAULT_SEEDS = "0-63"
+DEFAULT_CONCURRENCY = 8
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-63"``, ``"1,5,9"`` or ``"0-7,20"`` -> sorted unique seeds."""
+    seeds: set[int] = set()
+    try:
+        for part in text.split(","):
+            lo, sep, hi = part.strip().partition("-")
+            if sep:
+                if int(hi) < int(lo):
+                    raise ValueError
+                seeds.update(range(int(lo), int(hi) + 1))
+            else:
+                seeds.add(int(lo))
+    except ValueError:
+        raise ValueError(f"seeds must look like '0-63' or '1,5,9', got {text!r}") from None
+    if any(s < 0 for s in seeds):
+        raise ValueError("seeds must be >= 0")
+    return sorted(seeds)
+
+
+class EvalConfig(ConfigModel):
+    """An evaluation of one (base, adapter) on a maze set."""
+
+    endpoint: str | None = Field(None, description="OpenAI-compatible base URL; None: the embedded gateway")
+    api_key: str = Field("EMPTY", description="bearer token for the endpoint")
+    base: str | None = Field(None, description="base model id; None: the endpoint's first base model")
+    adapter: str | None = Field(None, description="LoRA adapter name; None evaluates the base alone")
+    env_id: str = Field(DEFAULT_ENV_ID, description="maze variant")
+    seeds: list[int] = Field(default_factory=lambda: parse_seeds(DEFAULT_SEEDS), description="maze seeds")
+    samples: int = Field(1, ge=1, description="samples per seed; pass@k uses k = samples")
+    temperature: float = Field(0.0, ge=0, description="sampling temperature (0: greedy)")
+    max_tokens: int = Field(32, ge=1, description="completion tokens per turn")
+    max_turns: int | None = Field(None, ge=1, description="turn limit; None: the variant's")
+    protocol: str | None = Field(None, description="prompt protocol; None: the base model's agent profile")
+    history: HistoryPolicy | None = Field(None, description="history policy; None: the base model's agent profile")
+    concurrency: int = Field(DEFAULT_CONCURRENCY, ge=1, description="episodes at once")
+    timeout_s: float = Field(120.0, gt=0, description="per-request timeout")
+    retry: RetryPolicy = Field(default_factory=RetryPolicy, description="transient-failure retries")
+    run_name: str | None = Field(None, description="a name for the run")
+    db: str | None = Field(None, description="results database URL or SQLite path; None: MAZE_DB or the default file")
+
+    @field_validator("env_id")
+    @classmethod
+    def _env(cls, v: str) -> str:
+        get_variant(v)
+        return v
+
+    @field_validator("protocol")
+    @classmethod
+    def _protocol(cls, v: str | None) -> str | None:
+        return None if v is None else get_protocol(v).name
+
+    @field_validator("history", mode="before")
+    @classmethod
+    def _history(cls, v):
+        return HistoryPolicy.parse(v) if isinstance(v, str) else v
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds(cls, v):
+        return parse_seeds(v) if isinstance(v, str) else v
+
+    @field_validator("adapter")
+    @classmethod
+    def _adapter(cls, v: str | None) -> str | None:
+        if v is not None and (not v or ":" in v or "/" in v):
+            raise ValueError(f"adapter must be a plain name (no ':' or '/'), got {v!r}")
+        return v

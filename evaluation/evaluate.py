@@ -1,0 +1,188 @@
+"""Run an evaluation: the maze set through the runner, every episode into the store, resumable.
+
+``evaluate_async`` is the one implementation; ``evaluate`` is its ``asyncio.run`` shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, Field
+
+from agent.config import EndpointConfig, RunnerConfig, SamplingParams
+from agent.env import ENV_SPEC_VERSION
+from agent.profiles import DEFAULT_PROFILE, AgentProfile
+from agent.records import EpisodeRecord
+from agent.runner import EpisodeSpec, run_endpoint_async
+from evaluation.config import EvalConfig
+from evaluation.manifest import RunManifest
+from evaluation.store import Store
+from evaluation.summary import RunSummary, summarize
+
+log = logging.getLogger(__name__)
+
+
+class EvalError(Exception):
+    """An evaluation could not start; ``exit_code`` is what the CLI returns."""
+
+    exit_code = 2
+
+
+class EndpointUnavailable(EvalError):
+    """The endpoint is unreachable or does not serve the requested model."""
+
+    exit_code = 3
+
+
+class EvalResult(BaseModel):
+    """The outcome of :func:`evaluate`."""
+
+    run_id: str = Field(description="run id in the store (use with --resume, report, compare)")
+    status: str = Field(description="complete, or incomplete when errored episodes remain")
+    manifest: RunManifest = Field(description="what was evaluated")
+    summary: RunSummary = Field(description="scores")
+    ran: int = Field(description="episodes played by this call (resume plays only the missing ones)")
+
+
+def new_run_id(name: str | None) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    slug = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in (name or "run"))[:40]
+    return f"{slug}-{stamp}-{secrets.token_hex(2)}"
+
+
+async def list_models(endpoint: str, api_key: str) -> list[dict[str, Any]]:
+    """The endpoint's ``/v1/models`` entries, following pagination when the server offers it."""
+    out: list[dict[str, Any]] = []
+    params: dict[str, str] = {}
+    async with httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {api_key}"}) as client:
+        for _ in range(1000):
+            try:
+                resp = await client.get(endpoint.rstrip("/") + "/models", params=params)
+            except httpx.HTTPError as exc:
+                raise EndpointUnavailable(f"cannot reach {endpoint}: {exc}") from exc
+            if resp.status_code == 401:
+                raise EndpointUnavailable(f"{endpoint} refused the API key (401)")
+            if resp.status_code >= 400:
+                raise EndpointUnavailable(f"{endpoint}/models answered HTTP {resp.status_code}")
+            body = resp.json()
+            out += body.get("data", [])
+            if not body.get("has_more") or not body.get("data"):
+                return out
+            params = {"after": body["data"][-1]["id"]}
+    return out
+
+
+def _profile_of(models: list[dict[str, Any]], base: str) -> AgentProfile:
+    for m in models:
+        if m.get("id") == base and isinstance(m.get("agent_profile"), dict):
+            return AgentProfile.from_dict(m["agent_profile"])
+    return DEFAULT_PROFILE
+
+
+async def _resolve_endpoint(cfg: EvalConfig) -> str:
+    if cfg.endpoint:
+        return cfg.endpoint
+    try:
+        from serving.embedded import ensure_embedded_gateway
+    except ImportError as exc:
+        raise EvalError(
+            "no --endpoint given and the embedded gateway is not installed (serving extra); "
+            "pass --endpoint http://HOST:PORT/v1"
+        ) from exc
+    return await asyncio.to_thread(ensure_embedded_gateway)
+
+
+async def _new_manifest(cfg: EvalConfig) -> RunManifest:
+    endpoint = await _resolve_endpoint(cfg)
+    models = await list_models(endpoint, cfg.api_key)
+    ids = [m.get("id") for m in models]
+    bases = [i for i in ids if i and ":" not in i]
+    base = cfg.base or (bases[0] if bases else None)
+    if base is None or base not in ids:
+        raise EndpointUnavailable(f"base model {base!r} is not served at {endpoint}; it serves {bases}")
+    model_id = f"{base}:{cfg.adapter}" if cfg.adapter else base
+    entry = next((m for m in models if m.get("id") == model_id), None)
+    if entry is None:
+        known = sorted(i.split(":", 1)[1] for i in ids if i and i.startswith(base + ":"))
+        raise EndpointUnavailable(f"adapter {cfg.adapter!r} is not available for {base!r} at {endpoint}; known: {known}")
+    profile = _profile_of(models, base)
+    history = cfg.history or profile.history
+    sampling = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
+    runner = RunnerConfig(env_id=cfg.env_id, max_turns=cfg.max_turns, protocol=cfg.protocol or profile.protocol,
+                          history=history, sampling=sampling)
+    return RunManifest(
+        run_id=new_run_id(cfg.run_name), run_name=cfg.run_name, endpoint=endpoint, base=base, adapter=cfg.adapter,
+        adapter_version=(entry.get("metadata") or {}).get("version") or entry.get("version"),
+        env_id=cfg.env_id, env_spec_version=ENV_SPEC_VERSION, protocol=runner.protocol, history=str(history),
+        sampling=sampling.model_dump(exclude_none=True), max_turns=runner.turn_limit, seeds=cfg.seeds,
+        samples=cfg.samples,
+    )
+
+
+def _runner_config(m: RunManifest, cfg: EvalConfig) -> RunnerConfig:
+    return RunnerConfig(env_id=m.env_id, max_turns=m.max_turns, protocol=m.protocol, history=m.history,
+                        sampling=SamplingParams(**m.sampling), retry=cfg.retry, concurrency=cfg.concurrency)
+
+
+async def evaluate_async(
+    cfg: EvalConfig,
+    *,
+    resume: str | None = None,
+    on_episode: Callable[[EpisodeRecord, int, int], Any] | None = None,
+) -> EvalResult:
+    """Evaluate one (base, adapter) on the maze set, or resume run ``resume``.
+
+    Args:
+        cfg: the evaluation config (on resume only endpoint, api_key, concurrency and retry apply).
+        resume: a run id to continue: only its missing and errored episodes are played.
+        on_episode: progress callback ``(record, done, total)``.
+
+    Raises:
+        EvalError: bad input (unknown run, ...). EndpointUnavailable: endpoint or model missing.
+    """
+    store = await asyncio.to_thread(Store, cfg.db)
+    try:
+        if resume:
+            run = await asyncio.to_thread(store.get_run, resume)
+            if run is None:
+                raise EvalError(f"no run {resume!r} in {store.url}")
+            manifest = RunManifest.model_validate(run["manifest"])
+            if cfg.endpoint and cfg.endpoint != manifest.endpoint:
+                manifest = manifest.model_copy(update={"endpoint": cfg.endpoint})
+            await asyncio.to_thread(store.set_status, manifest.run_id, "running")
+        else:
+            manifest = await _new_manifest(cfg)
+            await asyncio.to_thread(store.create_run, manifest)
+        done = await asyncio.to_thread(store.done_keys, manifest.run_id)
+        todo = [EpisodeSpec(seed=s, sample=k) for s in manifest.seeds for k in range(manifest.samples) if (s, k) not in done]
+        total, finished = manifest.expected_episodes, len(done)
+        log.info("run %s: %d of %d episodes to play on %s", manifest.run_id, len(todo), total, manifest.model_id)
+
+        async def record(rec: EpisodeRecord) -> None:
+            nonlocal finished
+            await asyncio.to_thread(store.add_episode, manifest.run_id, rec)
+            finished += rec.stop_reason.value != "error"
+            if on_episode is not None:
+                on_episode(rec, finished, total)
+
+        endpoint = EndpointConfig(base_url=manifest.endpoint, api_key=cfg.api_key, model=manifest.model_id,
+                                  timeout_s=cfg.timeout_s)
+        await run_endpoint_async(endpoint, todo, _runner_config(manifest, cfg), on_done=record)
+        rows = await asyncio.to_thread(store.episode_rows, manifest.run_id)
+        summary = summarize(rows, manifest.samples)
+        status = "complete" if summary.errors == 0 and summary.n == total else "incomplete"
+        await asyncio.to_thread(store.set_status, manifest.run_id, status)
+        return EvalResult(run_id=manifest.run_id, status=status, manifest=manifest, summary=summary, ran=len(todo))
+    finally:
+        store.close()
+
+
+def evaluate(cfg: EvalConfig, **kwargs) -> EvalResult:
+    """Synchronous shell over :func:`evaluate_async`."""
+    return asyncio.run(evaluate_async(cfg, **kwargs))

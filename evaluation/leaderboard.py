@@ -1,0 +1,78 @@
+"""Leaderboard and paired comparison over the results store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from evaluation.stats import mcnemar_exact
+from evaluation.store import Store
+from evaluation.summary import RunSummary, summarize
+
+
+class LeaderboardRow(BaseModel):
+    """The latest complete run of one (base, adapter, env, protocol)."""
+
+    base: str
+    adapter: str | None
+    env_id: str
+    protocol: str
+    run_id: str
+    date: str
+    summary: RunSummary
+
+    @property
+    def model(self) -> str:
+        return f"{self.base}:{self.adapter}" if self.adapter else self.base
+
+
+def leaderboard(store: Store, env_id: str | None = None) -> list[LeaderboardRow]:
+    """One row per (base, adapter, env, protocol): its latest complete run, best solve rate first."""
+    latest: dict[tuple, dict[str, Any]] = {}
+    for run in store.list_runs():  # ordered by start time, so later runs replace earlier ones
+        if run["status"] != "complete" or (env_id and run["env_id"] != env_id):
+            continue
+        latest[(run["base"], run["adapter"], run["env_id"], run["protocol"])] = run
+    rows = []
+    for (base, adapter, env, protocol), run in latest.items():
+        summary = summarize(store.episode_rows(run["run_id"]), run["manifest"].get("samples", 1))
+        rows.append(LeaderboardRow(base=base, adapter=adapter, env_id=env, protocol=protocol, run_id=run["run_id"],
+                                   date=run["started_at"].strftime("%Y-%m-%d %H:%M"), summary=summary))
+    return sorted(rows, key=lambda r: (-r.summary.solve_rate, r.model))
+
+
+class Comparison(BaseModel):
+    """Paired outcomes of two runs on the seeds both played (first sample of each)."""
+
+    run_a: str
+    run_b: str
+    paired: int = Field(description="seeds with an outcome in both runs")
+    both: int
+    only_a: int
+    only_b: int
+    neither: int
+    solve_rate_a: float
+    solve_rate_b: float
+    p_value: float = Field(description="exact McNemar two-sided p-value")
+
+
+def compare(store: Store, run_a: str, run_b: str) -> Comparison:
+    """Pair two runs on seeds; raises ``KeyError`` naming a run that does not exist."""
+    outcomes = []
+    for run_id in (run_a, run_b):
+        if store.get_run(run_id) is None:
+            raise KeyError(run_id)
+        rows = store.episode_rows(run_id)
+        outcomes.append({r["seed"]: bool(r["success"]) for r in rows if r["sample"] == 0 and r["stop_reason"] != "error"})
+    a, b = outcomes
+    seeds = sorted(set(a) & set(b))
+    both = sum(a[s] and b[s] for s in seeds)
+    only_a = sum(a[s] and not b[s] for s in seeds)
+    only_b = sum(b[s] and not a[s] for s in seeds)
+    n = len(seeds)
+    return Comparison(
+        run_a=run_a, run_b=run_b, paired=n, both=both, only_a=only_a, only_b=only_b, neither=n - both - only_a - only_b,
+        solve_rate_a=(both + only_a) / n if n else 0.0, solve_rate_b=(both + only_b) / n if n else 0.0,
+        p_value=mcnemar_exact(only_a, only_b),
+    )

@@ -1,0 +1,218 @@
+"""Results store: runs, episodes and training-curve points in any SQLAlchemy database.
+
+SQLite (one file) is the default; PostgreSQL works through ``postgresql+psycopg://...``. Every
+episode is committed on its own as it finishes, and ``(run_id, seed, sample)`` is unique, so a run
+killed at any moment (``kill -9`` included) loses at most the episodes in flight and can never
+count one twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    delete,
+    event,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine
+
+from agent.records import EpisodeRecord
+from evaluation.manifest import RunManifest
+
+DEFAULT_DB_PATH = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")) / "maze-gateway" / "results.db"
+
+metadata = MetaData()
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("status", String(16), nullable=False),  # running | complete | failed
+    Column("base", String(256), nullable=False),
+    Column("adapter", String(256), nullable=True),
+    Column("env_id", String(64), nullable=False),
+    Column("protocol", String(32), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("manifest", JSON, nullable=False),
+)
+
+episodes = Table(
+    "episodes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("seed", Integer, nullable=False),
+    Column("sample", Integer, nullable=False),
+    Column("success", Boolean, nullable=False),
+    Column("stop_reason", String(16), nullable=False),
+    Column("turns", Integer, nullable=False),
+    Column("reward", Float, nullable=False),
+    Column("optimal_moves", Integer, nullable=True),
+    Column("path_efficiency", Float, nullable=True),
+    Column("invalid_actions", Integer, nullable=False),
+    Column("wall_bumps", Integer, nullable=False),
+    Column("tokens", Integer, nullable=False),
+    Column("latency_s", Float, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("trajectory", Text, nullable=False),  # the EpisodeRecord as JSON
+    UniqueConstraint("run_id", "seed", "sample", name="uq_episode"),
+)
+
+curve_points = Table(
+    "curve_points",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("source", String(256), nullable=False),  # training run name / submission id
+    Column("base", String(256), nullable=False),
+    Column("env_id", String(64), nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("metric", String(128), nullable=False),
+    Column("value", Float, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("source", "step", "metric", name="uq_curve_point"),
+)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def resolve_db_url(db: str | None) -> str:
+    """A SQLAlchemy URL from ``--db`` (URL or file path), ``MAZE_DB``, or the default file."""
+    db = db or os.environ.get("MAZE_DB")
+    if not db:
+        DEFAULT_DB_PATH.parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{DEFAULT_DB_PATH}"
+    if "://" in db:
+        return db
+    Path(db).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{Path(db).expanduser().resolve()}"
+
+
+class Store:
+    """Typed access to the results database."""
+
+    def __init__(self, url: str | None = None):
+        self.url = resolve_db_url(url)
+        self.engine: Engine = create_engine(self.url, future=True)
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- runs -----------------------------------------------------------------------------
+    def create_run(self, manifest: RunManifest) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                runs.insert().values(
+                    run_id=manifest.run_id, status="running", base=manifest.base, adapter=manifest.adapter,
+                    env_id=manifest.env_id, protocol=manifest.protocol, started_at=_now(),
+                    manifest=manifest.model_dump(mode="json"),
+                )
+            )
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(runs).where(runs.c.run_id == run_id)).mappings().first()
+        return dict(row) if row else None
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(select(runs).order_by(runs.c.started_at)).mappings()]
+
+    def set_status(self, run_id: str, status: str) -> None:
+        finished = _now() if status != "running" else None
+        with self.engine.begin() as conn:
+            conn.execute(update(runs).where(runs.c.run_id == run_id).values(status=status, finished_at=finished))
+
+    # -- episodes -------------------------------------------------------------------------
+    def add_episode(self, run_id: str, rec: EpisodeRecord) -> None:
+        """Insert one episode in its own transaction (an errored row for the key is replaced)."""
+        s = rec.summary()
+        row = dict(
+            run_id=run_id, seed=rec.seed, sample=rec.sample, success=rec.success, stop_reason=s["stop_reason"],
+            turns=s["turns"], reward=rec.reward, optimal_moves=rec.optimal_moves, path_efficiency=s["path_efficiency"],
+            invalid_actions=s["invalid_actions"], wall_bumps=s["wall_bumps"], tokens=s["total_tokens"],
+            latency_s=sum(t.latency_s for t in rec.turns), error=rec.error, trajectory=rec.model_dump_json(),
+        )
+        with self.engine.begin() as conn:
+            key = (episodes.c.run_id == run_id) & (episodes.c.seed == rec.seed) & (episodes.c.sample == rec.sample)
+            conn.execute(delete(episodes).where(key & (episodes.c.stop_reason == "error")))
+            conn.execute(episodes.insert().values(**row))
+
+    def episode_rows(self, run_id: str) -> list[dict[str, Any]]:
+        """Flat metric rows (no trajectories), ordered by seed and sample."""
+        cols = [c for c in episodes.c if c.name != "trajectory"]
+        with self.engine.connect() as conn:
+            q = select(*cols).where(episodes.c.run_id == run_id).order_by(episodes.c.seed, episodes.c.sample)
+            return [dict(r) for r in conn.execute(q).mappings()]
+
+    def episode_records(self, run_id: str) -> list[EpisodeRecord]:
+        with self.engine.connect() as conn:
+            q = select(episodes.c.trajectory).where(episodes.c.run_id == run_id).order_by(episodes.c.seed, episodes.c.sample)
+            return [EpisodeRecord.model_validate_json(r[0]) for r in conn.execute(q)]
+
+    def done_keys(self, run_id: str) -> set[tuple[int, int]]:
+        """(seed, sample) keys with a final outcome; errored episodes are not done."""
+        with self.engine.connect() as conn:
+            q = select(episodes.c.seed, episodes.c.sample).where(
+                (episodes.c.run_id == run_id) & (episodes.c.stop_reason != "error")
+            )
+            return {(int(a), int(b)) for a, b in conn.execute(q)}
+
+    # -- training curves ------------------------------------------------------------------
+    def add_curve_point(self, source: str, base: str, env_id: str, step: int, metric: str, value: float) -> bool:
+        """Record one point; returns False if (source, step, metric) was already there."""
+        with self.engine.begin() as conn:
+            exists = conn.execute(
+                select(curve_points.c.id).where(
+                    (curve_points.c.source == source) & (curve_points.c.step == step) & (curve_points.c.metric == metric)
+                )
+            ).first()
+            if exists:
+                return False
+            conn.execute(curve_points.insert().values(source=source, base=base, env_id=env_id, step=step, metric=metric,
+                                                      value=float(value), recorded_at=_now()))
+        return True
+
+    def curve(self, source: str | None = None) -> list[dict[str, Any]]:
+        q = select(curve_points).order_by(curve_points.c.source, curve_points.c.step)
+        if source:
+            q = q.where(curve_points.c.source == source)
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(q).mappings()]
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    # WAL keeps readers (leaderboard, reports) from blocking a running eval; FK for cascades.
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, default=str)
