@@ -23,8 +23,8 @@ log = logging.getLogger("maze-demo")
 
 
 @contextmanager
-def scripted_server():
-    """Start the scripted server in a subprocess; yields its base URL."""
+def scripted_server_process():
+    """Start the scripted server in a subprocess; yields ``(base_url, process)``."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "agent.scripted_server", "--port", "0"], stdout=subprocess.PIPE, text=True
     )
@@ -32,10 +32,17 @@ def scripted_server():
         line = proc.stdout.readline() if proc.stdout else ""
         if not line.startswith("READY "):
             raise RuntimeError(f"scripted server failed to start (exit {proc.poll()})")
-        yield line.split()[1]
+        yield line.split()[1], proc
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@contextmanager
+def scripted_server():
+    """Start the scripted server in a subprocess; yields its base URL."""
+    with scripted_server_process() as (url, _):
+        yield url
 
 
 def _parse_seeds(text: str) -> list[int]:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from agent.config import EndpointConfig, RunnerConfig, SamplingParams
 from agent.env import ENV_SPEC_VERSION
 from agent.profiles import DEFAULT_PROFILE, AgentProfile
+from agent.protocol import get_protocol
 from agent.records import EpisodeRecord
 from agent.runner import EpisodeSpec, run_endpoint_async
 from evaluation.config import EvalConfig
@@ -119,7 +120,7 @@ async def _new_manifest(cfg: EvalConfig) -> RunManifest:
     return RunManifest(
         run_id=new_run_id(cfg.run_name), run_name=cfg.run_name, endpoint=endpoint, base=base, adapter=cfg.adapter,
         adapter_version=(entry.get("metadata") or {}).get("version") or entry.get("version"),
-        env_id=cfg.env_id, env_spec_version=ENV_SPEC_VERSION, protocol=runner.protocol, history=str(history),
+        env_id=cfg.env_id, env_spec_version=ENV_SPEC_VERSION, protocol=get_protocol(runner.protocol).id, history=str(history),
         sampling=sampling.model_dump(exclude_none=True), max_turns=runner.turn_limit, seeds=cfg.seeds,
         samples=cfg.samples,
     )

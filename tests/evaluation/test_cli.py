@@ -1,0 +1,55 @@
+"""maze-eval's exit codes and --json output (stable interface)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from evaluation.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE, main
+
+
+def invoke(*args, db):
+    return CliRunner().invoke(main, ["--db", db, *args])
+
+
+def test_run_json_leaderboard_compare_report(scripted, tmp_path):
+    db = str(tmp_path / "r.db")
+    a = invoke("--endpoint", scripted.url, "--seeds", "0-15", "--json", db=db)
+    assert a.exit_code == EXIT_OK, a.output
+    ra = json.loads(a.stdout)
+    assert ra["status"] == "complete" and ra["summary"]["n"] == 16 and ra["summary"]["solved"] == 16
+    b = invoke("--endpoint", scripted.url, "--adapter", "broken", "--seeds", "0-15", "--json", db=db)
+    rb = json.loads(b.stdout)
+    assert rb["summary"]["solved"] == 0 and rb["summary"]["invalid_action_rate"] == 1.0
+
+    board = json.loads(invoke("leaderboard", "--json", db=db).stdout)
+    assert [r["model"] for r in board] == ["bfs", "bfs:broken"]
+    assert set(board[0]["summary"]) >= {"solve_rate", "ci_low", "ci_high", "n", "mean_turns_solved", "path_efficiency"}
+
+    cmp_ = json.loads(invoke("compare", ra["run_id"], rb["run_id"], "--json", db=db).stdout)
+    assert (cmp_["both"], cmp_["only_a"], cmp_["only_b"], cmp_["neither"]) == (0, 16, 0, 0)
+    assert cmp_["p_value"] < 1e-4
+
+    out = tmp_path / "rep.html"
+    rep = invoke("report", ra["run_id"], "--out", str(out), db=db)
+    assert rep.exit_code == EXIT_OK and out.stat().st_size > 10_000
+    assert out.read_text().count("data:image/gif;base64,") == 16
+
+
+def test_bad_input_exit_codes(scripted, tmp_path):
+    db = str(tmp_path / "r.db")
+    r = invoke("--endpoint", scripted.url, "--seeds", "9-1", "--json", db=db)
+    assert r.exit_code == EXIT_BAD_INPUT and "seeds" in json.loads(r.stdout)["error"]
+    r = invoke("--endpoint", scripted.url, "--history", "recent", db=db)
+    assert r.exit_code == EXIT_BAD_INPUT and "history policy" in r.output
+    r = invoke("--endpoint", scripted.url, "--adapter", "a:b", db=db)
+    assert r.exit_code == EXIT_BAD_INPUT
+    r = invoke("--endpoint", scripted.url, "--adapter", "ghost", "--json", db=db)
+    assert r.exit_code == EXIT_UNAVAILABLE and "ghost" in json.loads(r.stdout)["error"]
+    r = invoke("--endpoint", "http://127.0.0.1:9/v1", db=db)
+    assert r.exit_code == EXIT_UNAVAILABLE
+    r = invoke("--resume", "no-such-run", "--endpoint", scripted.url, "--json", db=db)
+    assert r.exit_code == EXIT_BAD_INPUT and "no run" in json.loads(r.stdout)["error"]
+    assert invoke("compare", "x", "y", "--json", db=db).exit_code == EXIT_BAD_INPUT
+    assert invoke("report", "x", db=db).exit_code == EXIT_BAD_INPUT
