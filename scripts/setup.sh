@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-.venv}"
 py="$(command -v python3.11 || command -v python3)"
+scripts/install_system_deps.sh
 stamp="$venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ -f "$stamp" ]; then exit 0; fi
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# System packages the tests use: Debian's postgresql (a real server for the results store) and
+# chromium (renders the HTML report). Installs only what is missing; needs root and apt-get.
+set -euo pipefail
+missing=()
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v runuser >/dev/null || missing+=(util-linux)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+  echo "install these system packages first: ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing system packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
