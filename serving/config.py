@@ -1,0 +1,187 @@
+"""``ServingConfig``: the one source of truth for a gateway deployment.
+
+The Ray Serve LLM app (``serving.builder``) and the KubeRay RayService manifest
+(``serving.k8s``) are both derived from it. Shipped configs live in ``serving/configs/``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentProfileSpec(_Model):
+    """How the agent must talk to this base model (what it was trained with)."""
+
+    protocol: Literal["tuple", "keyword"] = Field("tuple", description="prompt protocol")
+    history: str = Field("full", description="'full' or 'window:K'")
+
+    @field_validator("history")
+    @classmethod
+    def _history(cls, v: str) -> str:
+        if v != "full" and not re.fullmatch(r"window:\d+", v):
+            raise ValueError(f"history must be 'full' or 'window:K', got {v!r}")
+        return v
+
+
+class BaseModelSpec(_Model):
+    """One base model served by the gateway."""
+
+    id: str = Field(description="served model id; adapters are addressed as '<id>:<adapter>'")
+    source: str = Field(description="model folder (local path, relative to the repo for shipped models) or hub id")
+    max_model_len: int = Field(4096, ge=256, description="context length")
+    agent_profile: AgentProfileSpec = Field(default_factory=AgentProfileSpec, description="protocol and history policy")
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra vLLM engine arguments")
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if ":" in v or not _NAME.match(v):
+            raise ValueError(f"base model id {v!r} must be a plain name without ':'")
+        return v
+
+    @field_validator("engine_kwargs")
+    @classmethod
+    def _engine(cls, v: dict[str, Any]) -> dict[str, Any]:
+        reserved = {"model", "served_model_name", "enable_lora", "max_lora_rank", "max_loras", "max_model_len"}
+        clash = sorted(reserved & set(v))
+        if clash:
+            raise ValueError(f"engine_kwargs may not set {clash}: they come from the config's own fields")
+        return v
+
+    def resolved_source(self) -> str:
+        """Absolute path for repo-relative folders; anything else as given."""
+        path = REPO_ROOT / self.source
+        return str(path) if not Path(self.source).is_absolute() and path.exists() else self.source
+
+
+class AdapterStoreSpec(_Model):
+    """Where LoRA adapters live."""
+
+    prefix: str = Field(description="s3://bucket/prefix holding one folder per adapter version")
+    endpoint_url: str | None = Field(None, description="S3 endpoint (a local S3 server); None: AWS")
+    region: str = Field("us-east-1", description="S3 region")
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if not re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,62}(/[^\s]*)?", v):
+            raise ValueError(f"adapter prefix must look like s3://bucket/prefix, got {v!r}")
+        return v.rstrip("/")
+
+    @property
+    def bucket(self) -> str:
+        return self.prefix[5:].split("/", 1)[0]
+
+    @property
+    def key_prefix(self) -> str:
+        rest = self.prefix[5:].split("/", 1)
+        return rest[1] + "/" if len(rest) > 1 and rest[1] else ""
+
+
+class LoraSpec(_Model):
+    """LoRA limits."""
+
+    max_rank: int = Field(32, description="largest adapter rank accepted (vLLM max_lora_rank)")
+    adapters_per_replica: int = Field(1, ge=1, description="adapters resident per replica (= vLLM max_loras)")
+    download_timeout_s: float = Field(60.0, gt=0, description="timeout to fetch one adapter")
+    max_download_tries: int = Field(3, ge=1, description="download attempts")
+
+    @field_validator("max_rank")
+    @classmethod
+    def _rank(cls, v: int) -> int:
+        if v not in VLLM_LORA_RANKS:
+            raise ValueError(f"max_rank must be one of {VLLM_LORA_RANKS}, got {v}")
+        return v
+
+
+class ReplicaSpec(_Model):
+    """Replicas and autoscaling of each base model's LLM deployment."""
+
+    min_replicas: int = Field(1, ge=0, description="autoscaling floor")
+    max_replicas: int = Field(1, ge=1, description="autoscaling ceiling")
+    target_ongoing_requests: int = Field(16, ge=1, description="autoscaling target per replica")
+    max_ongoing_requests: int = Field(64, ge=1, description="admission limit per replica")
+
+    @model_validator(mode="after")
+    def _order(self) -> ReplicaSpec:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError("max_replicas must be >= min_replicas")
+        return self
+
+
+class AuthSpec(_Model):
+    """Optional bearer-token auth."""
+
+    api_keys_env: str | None = Field(None, description="env var holding comma-separated API keys; None: no auth")
+
+
+class LimitsSpec(_Model):
+    """Request limits enforced by the gateway before anything reaches the engine."""
+
+    max_body_bytes: int = Field(8 * 2**20, ge=1024, description="largest request body (413 above)")
+    max_images_per_request: int = Field(32, ge=0, description="image parts per request (400 above)")
+    max_image_bytes: int = Field(2 * 2**20, ge=1, description="largest decoded image (413 above)")
+
+
+class ServingConfig(_Model):
+    """A whole gateway deployment."""
+
+    name: str = Field(description="deployment name (RayService metadata.name)")
+    device: Literal["cpu", "gpu"] = Field(description="where the engines run")
+    base_models: list[BaseModelSpec] = Field(min_length=1, description="base models served")
+    adapters: AdapterStoreSpec = Field(description="the S3 adapter store")
+    lora: LoraSpec = Field(default_factory=LoraSpec, description="LoRA limits")
+    replicas: ReplicaSpec = Field(default_factory=ReplicaSpec, description="replicas per base model")
+    auth: AuthSpec = Field(default_factory=AuthSpec, description="auth")
+    limits: LimitsSpec = Field(default_factory=LimitsSpec, description="request limits")
+    host: str = Field("127.0.0.1", description="HTTP bind address")
+    port: int = Field(8000, ge=1, le=65535, description="HTTP port")
+    image: str = Field("maze-gateway/serve:latest", description="container image (k8s)")
+    accelerator_type: str | None = Field(None, description="Ray accelerator type, e.g. H100 (gpu only)")
+    env: dict[str, str] = Field(default_factory=dict, description="env vars for the engine processes")
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> ServingConfig:
+        ids = [m.id for m in self.base_models]
+        if len(ids) != len(set(ids)):
+            raise ValueError(f"base model ids must be unique: {ids}")
+        return self
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ServingConfig:
+        return cls.model_validate(yaml.safe_load(Path(path).read_text()))
+
+    @classmethod
+    def shipped(cls, name: str) -> ServingConfig:
+        """A config from ``serving/configs/<name>.yaml`` (``embedded`` or ``production``)."""
+        path = CONFIG_DIR / f"{name}.yaml"
+        if not path.exists():
+            known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+            raise ValueError(f"no shipped serving config {name!r}; known: {known}")
+        return cls.from_file(path)
+
+    def base(self, model_id: str) -> BaseModelSpec | None:
+        return next((m for m in self.base_models if m.id == model_id), None)
+
+
+def load_config(name_or_path: str | None) -> ServingConfig:
+    """A shipped config name, a YAML path, or (None) the embedded default."""
+    if name_or_path is None:
+        return ServingConfig.shipped("embedded")
+    if Path(name_or_path).suffix in (".yaml", ".yml") or "/" in name_or_path:
+        return ServingConfig.from_file(name_or_path)
+    return ServingConfig.shipped(name_or_path)

@@ -1,0 +1,58 @@
+"""Serving errors: each carries the HTTP status and OpenAI error type it maps to.
+
+One exception handler in the gateway turns them into ``{"error": {"message", "type", "code"}}``.
+They hold only strings, so they stay picklable across Ray actors.
+"""
+
+from __future__ import annotations
+
+
+class ServingError(Exception):
+    """Root of serving errors."""
+
+    status_code = 500
+    error_type = "internal_error"
+    code = "internal_error"
+
+    def to_openai(self) -> dict:
+        return {"error": {"message": str(self), "type": self.error_type, "code": self.code}}
+
+
+class BadAdapterName(ServingError):
+    status_code, error_type, code = 400, "invalid_request_error", "invalid_model_name"
+
+
+class AdapterInvalid(ServingError):
+    status_code, error_type, code = 400, "invalid_request_error", "invalid_adapter"
+
+
+class Unauthorized(ServingError):
+    status_code, error_type, code = 401, "authentication_error", "invalid_api_key"
+
+
+class ModelNotFound(ServingError):
+    status_code, error_type, code = 404, "invalid_request_error", "model_not_found"
+
+
+class AdapterNotFound(ModelNotFound):
+    code = "adapter_not_found"
+
+
+class AdapterExists(ServingError):
+    status_code, error_type, code = 409, "invalid_request_error", "adapter_exists"
+
+
+class RequestTooLarge(ServingError):
+    status_code, error_type, code = 413, "invalid_request_error", "request_too_large"
+
+
+class BadRequest(ServingError):
+    status_code, error_type, code = 400, "invalid_request_error", "bad_request"
+
+
+class AdapterLoadFailed(ServingError):
+    status_code, error_type, code = 422, "invalid_request_error", "adapter_load_failed"
+
+
+class AdapterStoreUnavailable(ServingError):
+    status_code, error_type, code = 503, "service_unavailable", "adapter_store_unavailable"
