@@ -1,0 +1,130 @@
+"""``maze-serve``: run the gateway (up/down/status), render its manifest, manage adapters.
+
+Exit codes: 0 ok, 1 failure, 2 bad input (invalid adapter, bad name, bad config),
+3 adapter store unavailable, 4 not found / already exists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+from pydantic import ValidationError
+
+from serving.adapters import AdapterStore
+from serving.config import ServingConfig, load_config
+from serving.errors import AdapterExists, AdapterNotFound, AdapterStoreUnavailable, ServingError
+
+log = logging.getLogger("maze-serve")
+
+
+def _exit_code(exc: ServingError) -> int:
+    if isinstance(exc, AdapterStoreUnavailable):
+        return 3
+    if isinstance(exc, (AdapterNotFound, AdapterExists)):
+        return 4
+    return 2
+
+
+def _config(ctx: click.Context) -> ServingConfig:
+    try:
+        return load_config(ctx.obj["config"])
+    except (ValidationError, ValueError, OSError) as exc:
+        click.echo(f"error: bad serving config: {exc}", err=True)
+        sys.exit(2)
+
+
+def _store(cfg: ServingConfig) -> AdapterStore:
+    from serving.embedded import s3_env
+
+    s3_env(cfg)  # credentials for a local S3 server when the config points at one
+    return AdapterStore(cfg.adapters)
+
+
+@click.group(context_settings={"auto_envvar_prefix": "MAZE", "help_option_names": ["-h", "--help"]})
+@click.option("-c", "--config", "config", help="shipped config name (embedded, production) or YAML path; default: embedded")
+@click.option("-v", "--verbose", is_flag=True, help="debug logging")
+@click.pass_context
+def main(ctx: click.Context, config: str | None, verbose: bool) -> None:
+    """Serve maze agents: an OpenAI-compatible gateway with LoRA adapters from S3."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    ctx.ensure_object(dict)["config"] = config
+
+
+@main.command()
+@click.option("-o", "--out", type=click.Path(dir_okay=False), help="write to this file instead of stdout")
+@click.pass_context
+def render(ctx: click.Context, out: str | None) -> None:
+    """Print the KubeRay RayService manifest for the config."""
+    from serving.k8s import render_yaml
+
+    text = render_yaml(_config(ctx))
+    if out:
+        Path(out).write_text(text)
+        click.echo(out)
+    else:
+        click.echo(text, nl=False)
+
+
+@main.group()
+def adapters() -> None:
+    """List, push and remove LoRA adapters in the config's S3 prefix."""
+
+
+@adapters.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def adapters_list(ctx: click.Context, as_json: bool) -> None:
+    """Published adapters with their versions."""
+    cfg = _config(ctx)
+    try:
+        refs = _store(cfg).list()
+    except ServingError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(_exit_code(exc))
+    if as_json:
+        click.echo(json.dumps([r.__dict__ for r in refs], indent=2))
+        return
+    for r in refs:
+        click.echo(f"{r.name}\t{r.version}\trank {r.rank}\tbase {r.base}\t{r.pushed_at}")
+
+
+@adapters.command("push")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False))
+@click.argument("name")
+@click.option("--base", help="base model id the adapter is for (default: the config's first)")
+@click.option("--force", is_flag=True, help="replace an existing adapter of that name")
+@click.pass_context
+def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, force: bool) -> None:
+    """Validate FOLDER (a peft LoRA) and publish it atomically as NAME."""
+    cfg = _config(ctx)
+    spec = cfg.base(base) if base else cfg.base_models[0]
+    if spec is None:
+        click.echo(f"error: unknown base {base!r}; known: {[m.id for m in cfg.base_models]}", err=True)
+        sys.exit(2)
+    try:
+        ref = _store(cfg).push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank, force=force)
+    except ServingError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(_exit_code(exc))
+    click.echo(f"published {spec.id}:{ref.name} version {ref.version}")
+
+
+@adapters.command("rm")
+@click.argument("name")
+@click.pass_context
+def adapters_rm(ctx: click.Context, name: str) -> None:
+    """Unpublish NAME and delete its files."""
+    try:
+        ref = _store(_config(ctx)).remove(name)
+    except ServingError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(_exit_code(exc))
+    click.echo(f"removed {ref.name} (version {ref.version})")
+
+
+if __name__ == "__main__":
+    main()

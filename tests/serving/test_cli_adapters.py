@@ -1,0 +1,52 @@
+"""maze-serve adapters/render commands against a real local S3 server."""
+
+from __future__ import annotations
+
+import uuid
+
+import yaml
+from click.testing import CliRunner
+
+from serving.cli import main
+
+from .conftest import make_adapter
+
+
+def config_file(tmp_path, s3_url: str) -> str:
+    from serving.config import ServingConfig
+
+    data = ServingConfig.shipped("embedded").model_dump(mode="json")
+    data["adapters"] = {"prefix": f"s3://cli-{uuid.uuid4().hex[:8]}/lora-adapters", "endpoint_url": s3_url}
+    path = tmp_path / "serving.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_push_list_rm_with_exit_codes(s3_server, tmp_path):
+    cfg = config_file(tmp_path, s3_server.url)
+    from serving.adapters import AdapterStore
+    from serving.config import ServingConfig
+
+    AdapterStore(ServingConfig.from_file(cfg).adapters).ensure_bucket()
+    run = lambda *a: CliRunner().invoke(main, ["-c", cfg, *a])  # noqa: E731
+    ok = run("adapters", "push", str(make_adapter(tmp_path / "a")), "maze-grpo")
+    assert ok.exit_code == 0 and "published maze-tiny:maze-grpo version" in ok.output
+    assert run("adapters", "push", str(make_adapter(tmp_path / "b", seed=3)), "maze-grpo").exit_code == 4
+    assert run("adapters", "push", str(make_adapter(tmp_path / "c", rank=64)), "big").exit_code == 2
+    assert run("adapters", "push", str(tmp_path / "a"), "bad/name").exit_code == 2
+    listed = run("adapters", "list", "--json")
+    assert listed.exit_code == 0 and '"name": "maze-grpo"' in listed.output
+    assert run("adapters", "rm", "maze-grpo").exit_code == 0
+    assert run("adapters", "rm", "maze-grpo").exit_code == 4
+
+
+def test_store_down_exit_code(tmp_path):
+    cfg = config_file(tmp_path, "http://127.0.0.1:9")
+    result = CliRunner().invoke(main, ["-c", cfg, "adapters", "list"])
+    assert result.exit_code == 3 and "unreachable" in result.output
+
+
+def test_render_production():
+    result = CliRunner().invoke(main, ["-c", "production", "render"])
+    assert result.exit_code == 0 and "kind: RayService" in result.output
+    assert CliRunner().invoke(main, ["-c", "nope", "render"]).exit_code == 2
