@@ -9,42 +9,17 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.k8s_schema import crd_validator
 from training.k8s import dump_manifest, render_manifests
 from training.spec import TrainSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
-CRD = ROOT.parent / "shared" / "schemas" / "kuberay" / "ray.io_rayclusters.yaml"
-
-
-def _structural_to_jsonschema(node):
-    """A CRD's openAPIV3Schema as a strict JSON schema.
-
-    ``x-kubernetes-int-or-string`` becomes integer-or-string; objects that declare properties and
-    do not preserve unknown fields reject unknown ones (``kubectl apply`` validates strictly);
-    CEL rules (``x-kubernetes-validations``) and list-map hints are dropped.
-    """
-    if isinstance(node, list):
-        return [_structural_to_jsonschema(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _structural_to_jsonschema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
-    if node.get("x-kubernetes-int-or-string"):
-        out.pop("type", None)
-        out.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
-    if "properties" in node and "additionalProperties" not in node and not node.get("x-kubernetes-preserve-unknown-fields"):
-        out["additionalProperties"] = False
-    return out
 
 
 @pytest.fixture(scope="module")
 def raycluster_schema():
-    if not CRD.exists():
-        pytest.fail(f"KubeRay CRD not found at {CRD} (shared/ must sit next to the repo)")
-    crd = yaml.load(CRD.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # 0.9 MB
-    v1 = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    # Skip the metaschema check of this huge schema (seconds); it is KubeRay's, unchanged.
-    return jsonschema.Draft7Validator(_structural_to_jsonschema(v1["schema"]["openAPIV3Schema"]))
+    return crd_validator("ray.io_rayclusters.yaml")
 
 
 @pytest.mark.parametrize("name", sorted(render_manifests()))
@@ -81,7 +56,9 @@ def test_raycluster_shape_follows_the_spec():
         assert {"name": "shared", "persistentVolumeClaim": {"claimName": "fsx-claim"}} in pod["volumes"]
         assert pod["containers"][0]["image"] == TrainSpec().cluster.image
 
-    spec = TrainSpec.model_validate({"placement": {"num_nodes": 2, "gpus_per_node": 4}, "inference": {"num_engines": 8}})
+    spec = TrainSpec.model_validate(
+        {"placement": {"num_nodes": 2, "gpus_per_node": 4}, "inference": {"num_engines": 8}}
+    )
     (workers,) = render_manifests(spec)["raycluster.yaml"]["spec"]["workerGroupSpecs"]
     assert workers["replicas"] == 2
     assert workers["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
