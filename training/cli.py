@@ -1,7 +1,8 @@
-"""``maze-train``: render, prepare and (soon) launch SkyRL GRPO jobs from one training spec.
+"""``maze-train``: render, prepare, launch and follow GRPO jobs from one training spec.
 
-Commands that exist now need no cluster: ``render``, ``spec``, ``dataset`` and ``manifests``.
-Exit codes: 0 done, 2 bad input (an invalid spec or option).
+``render``, ``spec``, ``dataset`` and ``manifests`` need no cluster; ``submit``, ``status``,
+``logs``, ``stop``, ``list``, ``sync``, ``checkpoints`` and ``publish`` are in
+``training.cli_jobs``. Exit codes: 0 done, 1 failed, 2 bad input, 3 cluster or store unavailable.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from training.dataset import DEFAULT_EVAL_ROWS, DEFAULT_TRAIN_ROWS, DatasetConfig, write_datasets
+from training.cli_jobs import register as register_cluster_commands
 from training.k8s import write_manifests
 from training.overrides import entrypoint_argv, render_entrypoint, to_skyrl_overrides
 from training.skyrl_names import VISGYM_ENV_CLASS
@@ -87,12 +89,8 @@ def manifests(spec_path: str | None, out_dir: str) -> None:
         click.echo(str(path))
 
 
-# --- Ray Jobs commands: wired by the lead (Ray Jobs SDK, JobSubmissionClient) ------------------
-# submit --address ADDR [--trainer skyrl|local] SPEC   entrypoint = training.overrides.entrypoint_argv
-# status JOB | logs JOB [--follow] | stop JOB | list   (runtime_env: working_dir + spec.env_vars)
-# --- Checkpoints and curves: wired by the lead --------------------------------------------------
-# sync JOB        step metrics and eval pass@1 (logs or dumped eval JSONL) into the evaluation store
-# checkpoints EXPORT_PATH | publish --export PATH --step N --name NAME   (serving's atomic push)
+# Cluster, store and adapter commands live in their own module (submit, status, logs, ...).
+register_cluster_commands(main, _load_spec)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,127 @@
+"""Launch and follow training jobs on any Ray cluster through the Ray Jobs SDK.
+
+Addresses: ``http://HOST:8265`` for any Ray cluster, or ``sagemaker_ray://<cluster>/<namespace>``
+for SageMaker HyperPod (Ray imports the ``sagemaker_ray`` module, from the PyPI package
+toolkit-for-ray-on-sagemaker-ai, to resolve it). Ray is imported lazily.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from training.metrics import StepMetrics, parse_log_lines
+
+log = logging.getLogger(__name__)
+REPO_ROOT = Path(__file__).resolve().parents[1]
+Trainer = Literal["skyrl", "local"]
+# Kept out of the uploaded working_dir: environments, caches and local outputs.
+WORKING_DIR_EXCLUDES = [".venv/", ".git/", "**/__pycache__/", "runs/", ".pytest_cache/", "*.egg-info/", ".whl/", ".gl/"]
+
+
+class JobError(Exception):
+    """A job command failed; ``exit_code`` is what the CLI returns."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What ``status`` and ``list`` report about one job."""
+
+    submission_id: str
+    status: str
+    entrypoint: str
+    message: str | None
+    metadata: dict[str, str]
+
+
+def new_submission_id(trainer: str) -> str:
+    return f"maze-{trainer}-{secrets.token_hex(4)}"
+
+
+class JobClient:
+    """Thin typed wrapper over ``ray.job_submission.JobSubmissionClient``."""
+
+    def __init__(self, address: str):
+        from ray.job_submission import JobSubmissionClient
+
+        self.address = address
+        try:
+            self._client = JobSubmissionClient(address)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise JobError(f"cannot reach a Ray cluster at {address}: {exc}") from exc
+
+    def submit(self, entrypoint: str, *, submission_id: str, env_vars: dict[str, str] | None = None,
+               metadata: dict[str, str] | None = None, working_dir: str | Path = REPO_ROOT) -> str:
+        """Submit ``entrypoint`` with this repo as the working_dir; returns the submission id."""
+        runtime_env: dict[str, Any] = {"working_dir": str(working_dir), "excludes": WORKING_DIR_EXCLUDES}
+        if env_vars:
+            runtime_env["env_vars"] = env_vars
+        try:
+            return self._client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, submission_id=submission_id,
+                                           metadata=metadata or {})
+        except RuntimeError as exc:
+            raise JobError(f"submission refused: {exc}") from exc
+
+    def info(self, submission_id: str) -> JobInfo:
+        try:
+            d = self._client.get_job_info(submission_id)
+        except RuntimeError as exc:
+            raise JobError(f"no job {submission_id!r} on {self.address}") from exc
+        return JobInfo(submission_id, str(d.status.value if hasattr(d.status, "value") else d.status), d.entrypoint,
+                       d.message, dict(d.metadata or {}))
+
+    def list(self) -> list[JobInfo]:
+        out = []
+        for d in self._client.list_jobs():
+            if d.submission_id:
+                out.append(JobInfo(d.submission_id, str(getattr(d.status, "value", d.status)), d.entrypoint, d.message,
+                                   dict(d.metadata or {})))
+        return out
+
+    def logs(self, submission_id: str) -> str:
+        try:
+            return self._client.get_job_logs(submission_id)
+        except RuntimeError as exc:
+            raise JobError(f"no job {submission_id!r} on {self.address}") from exc
+
+    async def follow(self, submission_id: str) -> AsyncIterator[str]:
+        """Log lines as the job writes them, until it ends."""
+        self.info(submission_id)  # a clear error for an unknown id before streaming
+        pending = ""
+        async for chunk in self._client.tail_job_logs(submission_id):
+            pending += chunk
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                yield line
+        if pending:
+            yield pending
+
+    def stop(self, submission_id: str) -> bool:
+        self.info(submission_id)
+        return bool(self._client.stop_job(submission_id))
+
+
+async def follow_metrics(client: JobClient, submission_id: str, *, on_line: Callable[[str], Any] | None = None,
+                         on_metrics: Callable[[StepMetrics], Any] | None = None) -> list[StepMetrics]:
+    """Stream a job's logs, parsing ``Step N: {...}`` metrics as they appear."""
+    found: list[StepMetrics] = []
+    lines: list[str] = []
+
+    async for line in client.follow(submission_id):
+        if on_line:
+            on_line(line)
+        lines.append(line)
+        for sm in parse_log_lines(lines):  # only a block completed by this line is new
+            found.append(sm)
+            if on_metrics:
+                on_metrics(sm)
+            lines.clear()
+        if len(lines) > 500:  # no block in sight: keep memory bounded
+            lines = lines[-50:]
+    return found
