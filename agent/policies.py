@@ -59,13 +59,19 @@ class OpenAIPolicy:
     async def __call__(self, messages: list[Message], sampling: SamplingParams) -> PolicyReply:
         import openai
 
-        kwargs: dict[str, Any] = {"temperature": sampling.temperature, "max_tokens": sampling.max_tokens}
+        from openai.types.chat import ChatCompletion
+
+        body: dict[str, Any] = {"model": self.endpoint.model, "messages": messages,
+                                "temperature": sampling.temperature, "max_tokens": sampling.max_tokens}
         if sampling.top_p is not None:
-            kwargs["top_p"] = sampling.top_p
+            body["top_p"] = sampling.top_p
         if sampling.seed is not None:
-            kwargs["seed"] = sampling.seed
+            body["seed"] = sampling.seed
         try:
-            resp = await self.client.chat.completions.create(model=self.endpoint.model, messages=messages, **kwargs)
+            # The client's generic post: same transport, auth, errors and response model as
+            # chat.completions.create, without its recursive walk over the request params, which
+            # costs ~9 ms a turn once the history holds a dozen images.
+            resp = await self.client.post("/chat/completions", cast_to=ChatCompletion, body=body)
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             raise PolicyError(f"{type(exc).__name__}: {exc}", transient=True) from exc
         except openai.APIStatusError as exc:
