@@ -27,7 +27,8 @@ class AgentProfile(BaseModel):
 
     @classmethod
     def from_dict(cls, data: dict) -> AgentProfile:
-        data = dict(data)
+        """From a dict that may carry other keys too (a model folder's profile also names its env)."""
+        data = {k: v for k, v in data.items() if k in cls.model_fields}
         if isinstance(data.get("history"), str):
             data["history"] = HistoryPolicy.parse(data["history"])
         return cls.model_validate(data)

@@ -1,0 +1,58 @@
+"""Start and stop a real local Ray cluster on 127.0.0.1 for tests (``ray start --head``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def local_ray_cluster(num_cpus: int = 2):
+    """Yields the dashboard address (http://127.0.0.1:PORT) of a fresh head node."""
+    ray = str(Path(sys.executable).parent / "ray")
+    tmp = tempfile.mkdtemp(prefix="maze-ray-")
+    dash = _free_port()
+    # Loopback-only test clusters: no token auth (Ray 2.60 turns it on when ~/.ray/auth_token exists).
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    cmd = [ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={_free_port()}",
+           "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--num-cpus={num_cpus}",
+           f"--temp-dir={tmp}", "--disable-usage-stats", "--include-dashboard=true", "--block"]
+    # --block keeps the head in a process we own: stopping its process group stops this cluster
+    # only (`ray stop` would also stop any other Ray on the machine, e.g. the gateway's).
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"http://127.0.0.1:{dash}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{address}/api/version", timeout=2).status_code in (200, 401):  # 401: token auth is on
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("local Ray cluster did not come up")
+        yield address
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
