@@ -1,11 +1,16 @@
-# The two commands a newcomer needs: `make demo` (main job) and `make test`.
+# The two commands a newcomer needs: `make eval` (the main job) and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test bench
+.PHONY: setup eval demo test bench
 setup:
 	@scripts/setup.sh $(VENV)
 
+# Score the GRPO adapter on the 64-maze set through the embedded gateway (started if needed).
+eval: setup
+	$(VENV)/bin/maze-eval --adapter maze-grpo
+
+# The same runner against a scripted BFS endpoint: seconds, no model.
 demo: setup
 	$(VENV)/bin/maze-demo
 
@@ -14,3 +19,5 @@ test: setup
 
 bench: setup
 	$(PY) benchmarks/runner_overhead.py
+	$(PY) benchmarks/eval_concurrency.py
+	$(PY) benchmarks/gateway_bench.py
