@@ -29,7 +29,9 @@ def local_ray_cluster(num_cpus: int = 2):
     tmp = tempfile.mkdtemp(prefix="maze-ray-")
     dash = _free_port()
     # Loopback-only test clusters: no token auth (Ray 2.60 turns it on when ~/.ray/auth_token exists).
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+           # Jobs run `python ...`: make that this venv's interpreter, as an activated venv would.
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     cmd = [ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={_free_port()}",
            "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--num-cpus={num_cpus}",
            f"--temp-dir={tmp}", "--disable-usage-stats", "--include-dashboard=true", "--block"]
