@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from agent.protocol import HistoryPolicy, get_protocol
 from agent.registration import DEFAULT_ENV_ID, get_variant
@@ -19,6 +19,17 @@ DEFAULT_RETRY_AFTER_CAP_S = 30.0
 DEFAULT_EPISODE_RETRY_BUDGET = 16
 DEFAULT_MAX_TOKENS = 32
 DEFAULT_CONCURRENCY = 8
+
+
+def _known_env(v: str) -> str:
+    get_variant(v)
+    return v
+
+
+#: Field types shared by every config that names an env, a protocol or a history policy.
+EnvId = Annotated[str, AfterValidator(_known_env)]
+ProtocolName = Annotated[str, AfterValidator(lambda v: get_protocol(v).name)]
+History = Annotated[HistoryPolicy, BeforeValidator(lambda v: HistoryPolicy.parse(v) if isinstance(v, str) else v)]
 
 
 class ConfigModel(BaseModel):
@@ -64,29 +75,13 @@ class SamplingParams(ConfigModel):
 class RunnerConfig(ConfigModel):
     """What an episode run needs besides the policy."""
 
-    env_id: str = Field(DEFAULT_ENV_ID, description="registered maze variant")
+    env_id: EnvId = Field(DEFAULT_ENV_ID, description="registered maze variant")
     max_turns: int | None = Field(None, ge=1, description="turn limit; None uses the variant's default")
-    protocol: str = Field("tuple", description="prompt protocol name (tuple or keyword)")
-    history: HistoryPolicy = Field(default_factory=HistoryPolicy, description="which earlier turns are sent")
+    protocol: ProtocolName = Field("tuple", description="prompt protocol name (tuple or keyword)")
+    history: History = Field(default_factory=HistoryPolicy, description="which earlier turns are sent")
     sampling: SamplingParams = Field(default_factory=SamplingParams, description="sampling parameters")
     retry: RetryPolicy = Field(default_factory=RetryPolicy, description="transient-failure retry policy")
     concurrency: int = Field(DEFAULT_CONCURRENCY, ge=1, description="episodes run at once")
-
-    @field_validator("env_id")
-    @classmethod
-    def _known_env(cls, v: str) -> str:
-        get_variant(v)
-        return v
-
-    @field_validator("protocol")
-    @classmethod
-    def _known_protocol(cls, v: str) -> str:
-        return get_protocol(v).name
-
-    @field_validator("history", mode="before")
-    @classmethod
-    def _history_from_str(cls, v: Any) -> Any:
-        return HistoryPolicy.parse(v) if isinstance(v, str) else v
 
     @property
     def turn_limit(self) -> int:

@@ -58,7 +58,6 @@ class OpenAIPolicy:
 
     async def __call__(self, messages: list[Message], sampling: SamplingParams) -> PolicyReply:
         import openai
-
         from openai.types.chat import ChatCompletion
 
         body: dict[str, Any] = {"model": self.endpoint.model, "messages": messages,
@@ -131,7 +130,7 @@ class CallablePolicy:
 
 def as_policy(policy: Policy | Callable[..., Any]) -> Policy:
     """Accept a :class:`Policy` or a plain callable."""
-    if isinstance(policy, (OpenAIPolicy, CallablePolicy)) or isinstance(policy, Policy):
+    if isinstance(policy, (OpenAIPolicy, CallablePolicy, Policy)):
         return policy  # type: ignore[return-value]
     return CallablePolicy(policy)
 

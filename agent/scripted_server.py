@@ -154,7 +154,7 @@ def main() -> None:
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
         if server.started:
-            print(f"READY http://{args.host}:{port}/v1", flush=True)  # noqa: T201 (machine-read line)
+            print(f"READY http://{args.host}:{port}/v1", flush=True)
         await task
 
     asyncio.run(serve())

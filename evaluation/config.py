@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from agent.config import ConfigModel, RetryPolicy
-from agent.protocol import HistoryPolicy, get_protocol
-from agent.registration import DEFAULT_ENV_ID, get_variant
+from agent.config import ConfigModel, EnvId, History, ProtocolName, RetryPolicy
+from agent.registration import DEFAULT_ENV_ID
 
 DEFAULT_SEEDS = "0-63"
 DEFAULT_CONCURRENCY = 8
@@ -38,35 +37,19 @@ class EvalConfig(ConfigModel):
     api_key: str = Field("EMPTY", description="bearer token for the endpoint")
     base: str | None = Field(None, description="base model id; None: the endpoint's first base model")
     adapter: str | None = Field(None, description="LoRA adapter name; None evaluates the base alone")
-    env_id: str = Field(DEFAULT_ENV_ID, description="maze variant")
+    env_id: EnvId = Field(DEFAULT_ENV_ID, description="maze variant")
     seeds: list[int] = Field(default_factory=lambda: parse_seeds(DEFAULT_SEEDS), description="maze seeds")
     samples: int = Field(1, ge=1, description="samples per seed; pass@k uses k = samples")
     temperature: float = Field(0.0, ge=0, description="sampling temperature (0: greedy)")
     max_tokens: int = Field(32, ge=1, description="completion tokens per turn")
     max_turns: int | None = Field(None, ge=1, description="turn limit; None: the variant's")
-    protocol: str | None = Field(None, description="prompt protocol; None: the base model's agent profile")
-    history: HistoryPolicy | None = Field(None, description="history policy; None: the base model's agent profile")
+    protocol: ProtocolName | None = Field(None, description="prompt protocol; None: the base model's agent profile")
+    history: History | None = Field(None, description="history policy; None: the base model's agent profile")
     concurrency: int = Field(DEFAULT_CONCURRENCY, ge=1, description="episodes at once")
     timeout_s: float = Field(120.0, gt=0, description="per-request timeout")
     retry: RetryPolicy = Field(default_factory=RetryPolicy, description="transient-failure retries")
     run_name: str | None = Field(None, description="a name for the run")
     db: str | None = Field(None, description="results database URL or SQLite path; None: MAZE_DB or the default file")
-
-    @field_validator("env_id")
-    @classmethod
-    def _env(cls, v: str) -> str:
-        get_variant(v)
-        return v
-
-    @field_validator("protocol")
-    @classmethod
-    def _protocol(cls, v: str | None) -> str | None:
-        return None if v is None else get_protocol(v).name
-
-    @field_validator("history", mode="before")
-    @classmethod
-    def _history(cls, v):
-        return HistoryPolicy.parse(v) if isinstance(v, str) else v
 
     @field_validator("seeds", mode="before")
     @classmethod

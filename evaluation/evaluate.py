@@ -9,7 +9,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -52,7 +52,7 @@ class EvalResult(BaseModel):
 
 
 def new_run_id(name: str | None) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     slug = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in (name or "run"))[:40]
     return f"{slug}-{stamp}-{secrets.token_hex(2)}"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ class RunManifest(BaseModel):
     seeds: list[int] = Field(description="maze seeds")
     samples: int = Field(1, description="samples per seed (pass@k)")
     code_version: str = Field(default_factory=code_version, description="maze-gateway version + git commit")
-    created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(), description="UTC start")
+    created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(), description="UTC start")
 
     @property
     def model_id(self) -> str:

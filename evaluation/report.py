@@ -46,7 +46,7 @@ def _plots(records: list[EpisodeRecord]) -> dict[str, str]:
     solved = [r.num_turns for r in scored if r.success]
     failed = [r.num_turns for r in scored if not r.success]
     top = max([r.num_turns for r in scored], default=1)
-    bins = [b - 0.5 for b in range(0, top + 2)]  # centre each bar on its whole turn count
+    bins = [b - 0.5 for b in range(top + 2)]  # centre each bar on its whole turn count
     ax1.hist([solved, failed], bins=bins, stacked=True, color=[COLOURS["goal"], COLOURS["wrong_stop"]], label=["solved", "not solved"])
     ax1.set_xlabel("turns")
     ax1.set_ylabel("episodes")

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from agent.registration import DEFAULT_ENV_ID, get_variant
+from agent.config import EnvId
+from agent.registration import DEFAULT_ENV_ID
 from training.skyrl_names import VISGYM_ENV_CLASS
 
 log = logging.getLogger(__name__)
@@ -34,16 +35,10 @@ class DatasetConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    env_id: str = Field(DEFAULT_ENV_ID, description="maze variant id written to every row (visgym_env_id)")
+    env_id: EnvId = Field(DEFAULT_ENV_ID, description="maze variant id written to every row (visgym_env_id)")
     env_class: str = Field(VISGYM_ENV_CLASS, description="skyrl-gym env class written to every row")
     train_rows: int = Field(DEFAULT_TRAIN_ROWS, ge=1, description="unseeded training rows")
     eval_rows: int = Field(DEFAULT_EVAL_ROWS, ge=0, description="evaluation rows, with seed = 0..eval_rows-1")
-
-    @field_validator("env_id")
-    @classmethod
-    def _known_env(cls, v: str) -> str:
-        get_variant(v)
-        return v
 
 
 def make_rows(env_id: str, n: int, *, seeded: bool, env_class: str = VISGYM_ENV_CLASS) -> list[dict]:

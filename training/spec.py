@@ -8,14 +8,11 @@ overrides and :mod:`training.k8s` into the RayCluster it needs: both read this o
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from agent.protocol import get_protocol
-from agent.registration import get_variant
+from agent.config import ConfigModel, EnvId, ProtocolName
 from training.dataset import EVAL_FILE, TRAIN_FILE, DatasetConfig
 from training.skyrl_keys import SKYRL_VERSION, unknown_keys
 from training.skyrl_names import VISGYM_ENV_CLASS
@@ -24,16 +21,9 @@ SHARED_ROOT = "/shared/maze-gateway"
 REFERENCE_NAME = "maze-grpo-simple"
 
 
-class SpecModel(BaseModel):
-    """Base of every spec section: unknown keys are errors; loadable from YAML."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    @classmethod
-    def from_file(cls, path: str | Path):
-        """Load from a YAML (or JSON) file; missing keys keep the reference defaults."""
-        data: Any = yaml.safe_load(Path(path).read_text())
-        return cls.model_validate(data or {})
+class SpecModel(ConfigModel):
+    """Base of every spec section: unknown keys are errors; loadable from YAML (missing keys keep
+    the reference defaults)."""
 
 
 def _strip_slash(v: str) -> str:
@@ -43,25 +33,14 @@ def _strip_slash(v: str) -> str:
 class EnvSpec(SpecModel):
     """The environment the policy is trained on (the project's own maze env)."""
 
-    env_id: str = Field("maze_2d/simple", description="maze variant id written to the dataset rows")
+    env_id: EnvId = Field("maze_2d/simple", description="maze variant id written to the dataset rows")
     env_class: str = Field(VISGYM_ENV_CLASS, description="skyrl-gym env class the rows and SkyRL name")
     reward: Literal["task", "task+format"] = Field(
         "task+format",
         description="'task' (1/0) or 'task+format' (0.8 task + 0.2 format rate: the reference sft variant)",
     )
-    protocol: str = Field("tuple", description="prompt protocol the env speaks (tuple or keyword)")
+    protocol: ProtocolName = Field("tuple", description="prompt protocol the env speaks (tuple or keyword)")
     max_turns: int = Field(15, ge=1, description="turns per episode (generator.max_turns)")
-
-    @field_validator("env_id")
-    @classmethod
-    def _known_env(cls, v: str) -> str:
-        get_variant(v)
-        return v
-
-    @field_validator("protocol")
-    @classmethod
-    def _known_protocol(cls, v: str) -> str:
-        return get_protocol(v).name
 
 
 class DataSpec(SpecModel):

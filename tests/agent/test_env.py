@@ -20,7 +20,7 @@ def test_registered_and_checked(env_id):
     env = gym.make(env_id)
     variant = VARIANTS[env_id]
     assert env.spec.max_episode_steps == variant.max_turns
-    obs, info = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     assert obs.shape == (variant.size * 25, variant.size * 25, 3) and obs.dtype == np.uint8
     check_env(env.unwrapped, skip_render_check=False)
 
@@ -69,9 +69,9 @@ def test_validation_order(action, feedback):
     assert validate_action(action)[0] is feedback
 
 
-def explicit_env(agent=(5, 1), goal=(1, 5)) -> MazeEnv:
+def explicit_env(start=(5, 1), goal=(1, 5)) -> MazeEnv:
     env = MazeEnv(size=7)
-    env.reset(options={"maze": MAZE0, "agent": agent, "goal": goal})
+    env.reset(options={"maze": MAZE0, "agent": start, "goal": goal})
     return env
 
 
@@ -91,7 +91,7 @@ def test_invalid_action_changes_nothing():
 
 
 def test_reaching_goal_without_stop_does_not_end_or_reward():
-    env = explicit_env(agent=(3, 5), goal=(1, 5))
+    env = explicit_env(start=(3, 5), goal=(1, 5))
     env.step("('move', 1)")
     _, reward, term, _, info = env.step("('move', 1)")
     assert info["agent"] == (1, 5) and info["distance"] == 0

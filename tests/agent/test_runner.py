@@ -7,12 +7,12 @@ import time
 import pytest
 
 from agent import (
+    TUPLE,
     EndpointConfig,
     EpisodeSpec,
     RetryPolicy,
     RunnerConfig,
     StopReason,
-    TUPLE,
     bfs_policy,
     read_jsonl,
     replay_frames,
