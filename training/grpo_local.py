@@ -1,0 +1,327 @@
+"""Single-machine GRPO for the maze VLM: a LoRA adapter on the language model, reward 1/0.
+
+Each step plays ``train_batch_size`` random mazes ``n_samples_per_prompt`` times each (multi-turn,
+sampled at ``temperature``, the runner's protocol and history policy, :mod:`training.rollout`),
+scores every episode 1.0 if it stopped on the goal else 0.0, and gives each turn of an episode
+the group-relative advantage ``(r - mean_group) / (std_group + 1e-6)``. The policy loss is PPO's
+clipped objective over the reply tokens (token mean), with LoRA (peft) on the text model's
+q/k/v/o/gate/up/down projections only: the vision tower and the base weights stay frozen, which
+is what vLLM can serve as a LoRA adapter.
+
+Settings and outputs follow SkyRL's vocabulary and layout:
+
+* ``{ckpt_path}/global_step_N/`` with ``trainer_state.pt`` and ``policy/lora_adapter/`` +
+  ``policy/optimizer.pt``; ``{ckpt_path}/latest_ckpt_global_step.txt`` is written last;
+  ``resume_mode=latest`` continues from it (a missing marker starts from scratch);
+* ``{export_path}/global_step_N/policy/adapter_model.safetensors`` + ``adapter_config.json``;
+* ``{export_path}/dumped_evals/global_step_N_evals/aggregated_results.jsonl`` (``eval/all/pass_at_1``
+  is the true greedy solve rate on seeds 0..eval_seeds-1) and ``eval_results.jsonl`` per episode.
+
+Usage::
+
+    python -m training.grpo_local --model-path models/maze-tiny --ckpt-path runs/grpo/ckpt \
+        --export-path runs/grpo/export --device cuda
+    python -m training.grpo_local ... --train-batch-size 2 --n-samples-per-prompt 2 --max-steps 2 \
+        --max-turns 2 --eval-seeds 2 --device cpu                          # CPU smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.mazes import generate, generate_from_seed
+from training.demos import read_profile
+from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate
+from training.rollout import Episode, RolloutSettings, play
+from training.sft import make_codec
+
+log = logging.getLogger("training.grpo_local")
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+MARKER = "latest_ckpt_global_step.txt"
+
+
+class GRPOConfig(BaseModel):
+    """GRPO settings, named as in SkyRL where SkyRL has the setting."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_path: str = Field(description="SFT base model folder (policy.model.path)")
+    ckpt_path: str = Field(description="checkpoints (trainer.ckpt_path)")
+    export_path: str = Field(description="adapter exports and dumped evals (trainer.export_path)")
+    seed: int = Field(42)
+    n_samples_per_prompt: int = Field(8, ge=2, description="episodes per maze (the GRPO group)")
+    train_batch_size: int = Field(32, ge=1, description="mazes per step")
+    policy_mini_batch_size: int = Field(32, ge=1, description="mazes per optimizer step")
+    micro_batch_size: int = Field(1024, ge=1, description="turn samples per forward/backward")
+    update_epochs_per_batch: int = Field(1, ge=1)
+    lr: float = Field(5e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    eps_clip_low: float = Field(0.2, ge=0)
+    eps_clip_high: float = Field(0.2, ge=0)
+    max_turns: int = Field(15, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    max_generate_length: int = Field(12, ge=1, description="reply tokens per turn")
+    lora_rank: int = Field(32, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    max_steps: int = Field(200, ge=1, description="training steps (trainer.total_training_steps)")
+    max_minutes: float = Field(30.0, gt=0, description="wall-clock budget; stops after the step in flight")
+    eval_interval: int = Field(5, ge=1)
+    eval_before_train: bool = Field(True)
+    eval_seeds: int = Field(64, ge=1, description="eval set: seeds 0..N-1 of the env")
+    ckpt_interval: int = Field(10, ge=1)
+    hf_save_interval: int = Field(10, ge=1, description="adapter export interval")
+    resume_mode: str = Field("latest", pattern="^(latest|none)$")
+    env_id: str = Field("maze_2d/simple")
+    device: str = Field("cpu")
+
+
+# -- adapter I/O ------------------------------------------------------------------------------
+def save_adapter(model, out: Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+    """``adapter_model.safetensors`` (bf16) + ``adapter_config.json`` of a peft model."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in get_peft_model_state_dict(model).items()}
+    save_file(state, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    model.peft_config["default"].save_pretrained(str(out))
+    return out
+
+
+def load_adapter_weights(model, path: Path) -> None:
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(model, load_file(str(path / "adapter_model.safetensors")))
+
+
+def build_policy(cfg: GRPOConfig, device: torch.device):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
+
+    processor = AutoProcessor.from_pretrained(cfg.model_path)
+    base = Qwen3VLForConditionalGeneration.from_pretrained(cfg.model_path, dtype=torch.float32)
+    lora = LoraConfig(
+        r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, bias="none",
+        # Only the text model's projections: vision modules are named qkv/proj/linear_fc*, so
+        # these names never match the tower (vLLM serves LoRA on the language model only).
+        target_modules=LORA_TARGETS,
+    )
+    model = get_peft_model(base, lora).to(device)
+    model.peft_config["default"].base_model_name_or_path = "maze-tiny"
+    return model, processor
+
+
+# -- GRPO pieces -------------------------------------------------------------------------------
+def group_advantages(rewards: np.ndarray, n: int) -> np.ndarray:
+    """(r - group mean) / (group std + 1e-6); groups are consecutive runs of ``n`` episodes."""
+    g = rewards.reshape(-1, n)
+    return ((g - g.mean(1, keepdims=True)) / (g.std(1, keepdims=True) + 1e-6)).reshape(-1)
+
+
+def policy_loss(fast: FastQwen3VL, bank: FrameBank, items: list, cfg: GRPOConfig, n_tokens: int,
+                device: torch.device, pad_id: int, banned: list[int]) -> dict:
+    """Backward of the clipped surrogate over ``items`` (turn, advantage); returns stats."""
+    stats = {"loss": 0.0, "clip_frac": 0.0, "ratio": 0.0}
+    for i in range(0, len(items), cfg.micro_batch_size):
+        part = items[i : i + cfg.micro_batch_size]
+        b = collate([t.prompt for t, _ in part], [t.frames for t, _ in part], [t.tokens for t, _ in part], pad_id=pad_id)
+        b = {k: v.to(device, non_blocking=True) for k, v in b.items()}
+        old = torch.as_tensor([lp for t, _ in part for lp in t.logprobs], device=device)
+        adv = torch.as_tensor([a for t, a in part for _ in t.tokens], device=device, dtype=torch.float32)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            h = fast.hidden(b["input_ids"], b["pos"], fast.vision(b["frames"], bank))
+            logits = fast.logits_at(h, b["tgt_index"])
+        logits[:, banned] = float("-inf")  # the sampling distribution excluded them too
+        logp = torch.log_softmax(logits / cfg.temperature, -1).gather(1, b["tgt_ids"][:, None]).squeeze(1)
+        ratio = torch.exp(logp - old)
+        clipped = ratio.clamp(1 - cfg.eps_clip_low, 1 + cfg.eps_clip_high)
+        loss = -torch.minimum(ratio * adv, clipped * adv).sum() / n_tokens
+        loss.backward()
+        stats["loss"] += loss.item()
+        stats["clip_frac"] += ((ratio - clipped).abs() > 1e-6).float().sum().item() / n_tokens
+        stats["ratio"] += ratio.sum().item() / n_tokens
+    return stats
+
+
+def evaluate(fast, bank, codec, catalog, cfg: GRPOConfig, profile: dict, device) -> tuple[dict, list[dict]]:
+    """Greedy pass@1 (true solve rate) on seeds 0..eval_seeds-1."""
+    settings = RolloutSettings(max_turns=cfg.max_turns, temperature=0.0, max_new_tokens=cfg.max_generate_length,
+                               history=profile["history"], protocol=profile["protocol"])
+    layouts = [generate_from_seed(7, 7, s) for s in range(cfg.eval_seeds)]
+    fast.model.eval()
+    eps = play(fast, bank, codec, catalog, layouts, settings, device=device)
+    fast.model.train()
+    rows = [{"seed": s, "score": e.reward, "success": e.success, "turns": len(e.turns),
+             "replies": [m["content"] for m in e.conversation if m["role"] == "assistant"]}
+            for s, e in enumerate(eps)]
+    rate = float(np.mean([e.success for e in eps]))
+    return {"eval/all/pass_at_1": rate, "eval/all/mean_positive_reward": rate,
+            "eval/all/avg_turns": float(np.mean([len(e.turns) for e in eps]))}, rows
+
+
+def dump_eval(export: Path, step: int, metrics: dict, rows: list[dict]) -> None:
+    d = export / "dumped_evals" / f"global_step_{step}_evals"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "aggregated_results.jsonl").write_text(json.dumps({"global_step": step, **metrics}) + "\n")
+    (d / "eval_results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def save_checkpoint(cfg: GRPOConfig, model, opt, step: int, np_rng, history: list[dict]) -> None:
+    root = Path(cfg.ckpt_path)
+    d = root / f"global_step_{step}"
+    save_adapter(model, d / "policy" / "lora_adapter", dtype=torch.float32)
+    torch.save(opt.state_dict(), d / "policy" / "optimizer.pt")
+    torch.save({"global_step": step, "np_rng": np_rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                "py_rng": random.getstate(), "history": history, "config": cfg.model_dump()}, d / "trainer_state.pt")
+    (root / MARKER).write_text(str(step))  # the commit marker, written last
+
+
+def try_resume(cfg: GRPOConfig, model, opt, np_rng) -> tuple[int, list[dict]]:
+    marker = Path(cfg.ckpt_path) / MARKER
+    if cfg.resume_mode != "latest" or not marker.exists():
+        return 0, []
+    step = int(marker.read_text().strip())
+    d = Path(cfg.ckpt_path) / f"global_step_{step}"
+    load_adapter_weights(model, d / "policy" / "lora_adapter")
+    opt.load_state_dict(torch.load(d / "policy" / "optimizer.pt", map_location="cpu"))
+    state = torch.load(d / "trainer_state.pt", weights_only=False)
+    np_rng.bit_generator.state = state["np_rng"]
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate(state["py_rng"])
+    log.info("resumed from %s", d)
+    return step, state["history"]
+
+
+# -- main loop -------------------------------------------------------------------------------
+def train(cfg: GRPOConfig) -> dict:
+    device = torch.device(cfg.device)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    np_rng = np.random.default_rng(cfg.seed)
+    export = Path(cfg.export_path)
+    export.mkdir(parents=True, exist_ok=True)
+    Path(cfg.ckpt_path).mkdir(parents=True, exist_ok=True)
+    (export / "grpo_config.json").write_text(cfg.model_dump_json(indent=2) + "\n")
+    profile = read_profile(cfg.model_path)
+    model, processor = build_policy(cfg, device)
+    model.train()
+    catalog = FrameCatalog(7)
+    bank = FrameBank(catalog, processor.image_processor, device, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32)
+    if device.type == "cuda":
+        bank.fill()
+    fast = FastQwen3VL(model, bank.grid_thw)
+    codec = make_codec(processor)
+    pad_id = processor.tokenizer.pad_token_id
+    params = [p for p in model.parameters() if p.requires_grad]
+    log.info("trainable %d params (LoRA r=%d)", sum(p.numel() for p in params), cfg.lora_rank)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    step, history = try_resume(cfg, model, opt, np_rng)
+    gen = torch.Generator(device=device).manual_seed(cfg.seed + step)
+    settings = RolloutSettings(max_turns=cfg.max_turns, temperature=cfg.temperature, max_new_tokens=cfg.max_generate_length,
+                               history=profile["history"], protocol=profile["protocol"])
+    metrics_f = (export / "metrics.jsonl").open("a")
+    t_start = time.perf_counter()
+
+    def do_eval(s: int) -> dict:
+        te = time.perf_counter()
+        m, rows = evaluate(fast, bank, codec, catalog, cfg, profile, device)
+        m["timing/eval_s"] = round(time.perf_counter() - te, 2)
+        dump_eval(export, s, m, rows)
+        return m
+
+    if step == 0 and cfg.eval_before_train:
+        m = do_eval(0)
+        history.append({"global_step": 0, **m})
+        log.info("Step 0: %s", json.dumps(m, indent=2))
+        metrics_f.write(json.dumps({"global_step": 0, **m}) + "\n")
+    while step < cfg.max_steps and time.perf_counter() - t_start < cfg.max_minutes * 60:
+        step += 1
+        t0 = time.perf_counter()
+        layouts = [generate(7, 7, np_rng) for _ in range(cfg.train_batch_size)]
+        group = [lay for lay in layouts for _ in range(cfg.n_samples_per_prompt)]
+        model.eval()
+        eps: list[Episode] = play(fast, bank, codec, catalog, group, settings, generator=gen, device=device)
+        model.train()
+        t_roll = time.perf_counter() - t0
+        rewards = np.array([e.reward for e in eps])
+        adv = group_advantages(rewards, cfg.n_samples_per_prompt)
+        m = {"reward/mean": float(rewards.mean()), "episode/avg_turns": float(np.mean([len(e.turns) for e in eps])),
+             "timing/rollout_s": round(t_roll, 2)}
+        stats = {"loss": 0.0, "clip_frac": 0.0, "ratio": 0.0}
+        per_mini = cfg.policy_mini_batch_size * cfg.n_samples_per_prompt
+        for _ in range(cfg.update_epochs_per_batch):
+            for i in range(0, len(eps), per_mini):
+                items = [(t, float(a)) for e, a in zip(eps[i : i + per_mini], adv[i : i + per_mini])
+                         if abs(a) > 1e-8 for t in e.turns if t.tokens]
+                if not items:
+                    continue
+                n_tokens = sum(len(t.tokens) for t, _ in items)
+                opt.zero_grad(set_to_none=True)
+                s = policy_loss(fast, bank, items, cfg, n_tokens, device, pad_id, codec.banned_ids)
+                gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                if not torch.isfinite(gn):  # never let one bad batch poison the adapter
+                    log.warning("step %d: non-finite grad norm, update skipped", step)
+                    continue
+                opt.step()
+                stats = {k: stats[k] + s[k] for k in stats}
+                m["policy/grad_norm"] = float(gn)
+        m |= {f"policy/{k}": round(v, 5) for k, v in stats.items()}
+        m["timing/step_s"] = round(time.perf_counter() - t0, 2)
+        if step % cfg.eval_interval == 0:
+            m |= do_eval(step)
+        if step % cfg.hf_save_interval == 0:
+            save_adapter(model, export / f"global_step_{step}" / "policy")
+        if step % cfg.ckpt_interval == 0:
+            save_checkpoint(cfg, model, opt, step, np_rng, history + [{"global_step": step, **m}])
+        history.append({"global_step": step, **m})
+        metrics_f.write(json.dumps({"global_step": step, **m}) + "\n")
+        metrics_f.flush()
+        log.info("Step %d: %s", step, json.dumps(m, indent=2))
+    # Final eval, export and checkpoint at the last step (if not already done).
+    last = history[-1] if history else {}
+    if "eval/all/pass_at_1" not in last and step > 0:
+        last |= do_eval(step)
+    if not (export / f"global_step_{step}" / "policy" / "adapter_model.safetensors").exists():
+        save_adapter(model, export / f"global_step_{step}" / "policy")
+    if step > 0 and not (Path(cfg.ckpt_path) / f"global_step_{step}").exists():
+        save_checkpoint(cfg, model, opt, step, np_rng, history)
+    metrics_f.close()
+    evals = [h for h in history if "eval/all/pass_at_1" in h]
+    summary = {"global_step": step, "seconds": round(time.perf_counter() - t_start, 1), "evals": evals}
+    (export / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--config", help="YAML/JSON GRPOConfig; flags override it")
+    for name, field in GRPOConfig.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        if field.annotation is bool:
+            parser.add_argument(flag, type=lambda v: v.lower() in ("1", "true", "yes"))
+        else:
+            parser.add_argument(flag, type=field.annotation if field.annotation in (int, float) else str)
+    args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+    base = {}
+    if "config" in args:
+        import yaml
+
+        base = yaml.safe_load(Path(args.pop("config")).read_text()) or {}
+    train(GRPOConfig.model_validate(base | args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Pick the best export of one or more GRPO runs (by greedy pass@1, later step on ties).
+
+Usage: ``python -m training.grpo_select OUT RUN_DIR...``: copies, per run, the best export's
+adapter, the run's metrics/summary and its latest checkpoint into ``OUT/<run name>/``, and
+writes ``OUT/picks.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+
+def pick(run: Path) -> dict | None:
+    export = run / "export"
+    rows = [json.loads(line) for line in (export / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    evals = [r for r in rows if "eval/all/pass_at_1" in r
+             and (export / f"global_step_{r['global_step']}" / "policy" / "adapter_model.safetensors").exists()]
+    if not evals:
+        return None
+    best = max(evals, key=lambda r: (r["eval/all/pass_at_1"], r["global_step"]))
+    return {"run": run.name, "global_step": best["global_step"], "pass_at_1": best["eval/all/pass_at_1"],
+            "curve": [(r["global_step"], r["eval/all/pass_at_1"]) for r in rows if "eval/all/pass_at_1" in r]}
+
+
+def main(out: str, runs: list[str]) -> None:
+    out_dir = Path(out)
+    picks = []
+    for r in map(Path, runs):
+        p = pick(r)
+        if p is None:
+            continue
+        picks.append(p)
+        dst = out_dir / r.name
+        shutil.copytree(r / "export" / f"global_step_{p['global_step']}" / "policy", dst / "adapter")
+        for name in ("metrics.jsonl", "summary.json", "grpo_config.json"):
+            if (r / "export" / name).exists():
+                shutil.copy2(r / "export" / name, dst / name)
+        marker = r / "ckpt" / "latest_ckpt_global_step.txt"
+        if marker.exists():
+            step = marker.read_text().strip()
+            shutil.copytree(r / "ckpt" / f"global_step_{step}", dst / "ckpt" / f"global_step_{step}")
+            shutil.copy2(marker, dst / "ckpt" / marker.name)
+    (out_dir / "picks.json").write_text(json.dumps(picks, indent=2) + "\n")
+    print(json.dumps([{k: v for k, v in p.items() if k != "curve"} for p in picks]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])

@@ -1,0 +1,97 @@
+"""Training curves of the shipped models: JSON (the numbers) and one PNG (matplotlib).
+
+Usage: ``python -m training.plots --sft runs/sft/metrics.jsonl --grpo runs/grpo/export/metrics.jsonl
+--out models/curves``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def curves(sft_metrics: Path, grpo_metrics: Path, selected_step: int | None = None, grpo_step: int | None = None) -> dict:
+    sft = _rows(sft_metrics)
+    grpo = _rows(grpo_metrics)
+    return {
+        "sft": {
+            "selected_step": selected_step,
+            "train": [{k: r[k] for k in ("step", "samples", "elapsed_s", "loss", "token_acc", "action_acc")}
+                      for r in sft if r.get("kind") == "train"],
+            "eval": [{k: r.get(k) for k in ("step", "samples", "elapsed_s", "solve_rate_fast", "solve_rate_runner")}
+                     for r in sft if r.get("kind") == "eval"],
+        },
+        "grpo": {
+            "selected_step": grpo_step,
+            "train": [{"global_step": r["global_step"], "reward_mean": r.get("reward/mean"),
+                       "avg_turns": r.get("episode/avg_turns"), "step_s": r.get("timing/step_s")}
+                      for r in grpo if "reward/mean" in r],
+            "eval": [{"global_step": r["global_step"], "pass_at_1": r["eval/all/pass_at_1"]}
+                     for r in grpo if "eval/all/pass_at_1" in r],
+        },
+    }
+
+
+def plot(data: dict, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    tr, ev = data["sft"]["train"], data["sft"]["eval"]
+    ax = axes[0]
+    ax.plot([r["samples"] for r in tr], [r["loss"] for r in tr], label="loss")
+    ax.set_yscale("log")
+    ax.set_xlabel("SFT samples")
+    ax.set_title("SFT loss")
+    ax = axes[1]
+    ax.plot([r["samples"] for r in tr], [r["action_acc"] for r in tr], label="reply accuracy (train batch)")
+    ax.plot([r["samples"] for r in ev], [r["solve_rate_fast"] for r in ev], "o-", label="solve rate, seeds 0..63")
+    if data["sft"]["selected_step"] is not None:
+        sel = [r for r in ev if r["step"] == data["sft"]["selected_step"]]
+        if sel:
+            ax.plot([sel[0]["samples"]], [sel[0]["solve_rate_fast"]], "r*", ms=14, label="maze-tiny")
+    ax.axhspan(0.35, 0.55, color="g", alpha=0.1, label="target band")
+    ax.set_xlabel("SFT samples")
+    ax.set_ylim(0, 1)
+    ax.set_title("SFT accuracy and closed-loop solve rate")
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    gt, ge = data["grpo"]["train"], data["grpo"]["eval"]
+    ax.plot([r["global_step"] for r in gt], [r["reward_mean"] for r in gt], label="train reward (T=1.0)")
+    ax.plot([r["global_step"] for r in ge], [r["pass_at_1"] for r in ge], "o-", label="greedy pass@1, seeds 0..63")
+    if data["grpo"]["selected_step"] is not None:
+        sel = [r for r in ge if r["global_step"] == data["grpo"]["selected_step"]]
+        if sel:
+            ax.plot([sel[0]["global_step"]], [sel[0]["pass_at_1"]], "r*", ms=14, label="maze-grpo")
+    ax.axhline(0.95, color="g", ls="--", lw=1, label="95% target")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylim(0, 1)
+    ax.set_title("GRPO (LoRA) on maze-tiny")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sft", type=Path, required=True)
+    parser.add_argument("--grpo", type=Path, required=True)
+    parser.add_argument("--sft-step", type=int)
+    parser.add_argument("--grpo-step", type=int)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = curves(args.sft, args.grpo, args.sft_step, args.grpo_step)
+    (args.out / "training_curves.json").write_text(json.dumps(data, indent=1) + "\n")
+    plot(data, args.out / "training_curves.png")
+
+
+if __name__ == "__main__":
+    main()

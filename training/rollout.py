@@ -1,0 +1,166 @@
+"""Batched multi-turn maze episodes on the fast path (GRPO rollouts and quick evaluation).
+
+All episodes advance one turn at a time together: their prompts (the runner's messages under
+the history policy, see :mod:`training.demos`) are encoded, the vision tower runs once per turn,
+and reply tokens are sampled for the whole batch. Replies are decoded to text, parsed with the
+protocol and applied exactly as ``agent.runner`` does (a parse failure costs the turn and sends
+the failure text with the current frame; a valid stop ends the episode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from agent.env import validate_action
+from agent.mazes import MOVES, MazeLayout
+from agent.protocol import HistoryPolicy, Message, assistant_message, get_protocol, user_message
+from training.fastpath import (
+    EncodedPrompt,
+    FastQwen3VL,
+    FrameBank,
+    FrameCatalog,
+    PromptCodec,
+    collate,
+    frame_rows,
+    frame_url,
+)
+
+
+@dataclass
+class Turn:
+    """One model call: what it saw and which tokens it produced."""
+
+    prompt: EncodedPrompt
+    frames: list[int]
+    tokens: list[int]
+    logprobs: list[float]
+
+
+@dataclass
+class Episode:
+    layout: MazeLayout
+    agent: tuple[int, int]
+    conversation: list[Message]
+    turns: list[Turn] = field(default_factory=list)
+    done: bool = False
+    success: bool = False
+
+    @property
+    def reward(self) -> float:
+        return 1.0 if self.success else 0.0
+
+
+@dataclass
+class RolloutSettings:
+    max_turns: int = 15
+    temperature: float = 0.0
+    max_new_tokens: int = 12
+    history: str = "window:2"
+    protocol: str = "tuple"
+
+
+@torch.no_grad()
+def sample_replies(fast: FastQwen3VL, bank: FrameBank, prompts: list[EncodedPrompt], frames: list[list[int]],
+                   eos_id: int, settings: RolloutSettings, generator: torch.Generator | None,
+                   device: torch.device, banned: list[int] = ()) -> tuple[list[list[int]], list[list[float]]]:
+    """Sample (or greedily pick) reply tokens for a batch of prompts; no KV cache (replies are short)."""
+    B = len(prompts)
+    batch = collate(prompts, frames)
+    K = settings.max_new_tokens
+    ids = torch.nn.functional.pad(batch["input_ids"], (0, K)).to(device)
+    pos = torch.nn.functional.pad(batch["pos"], (0, K)).to(device)
+    lens = torch.as_tensor([len(p.ids) for p in prompts], device=device)
+    nxt = torch.as_tensor([p.next_pos for p in prompts], device=device)
+    L = ids.shape[1]
+    rows = torch.arange(B, device=device)
+    vis = fast.vision(batch["frames"].to(device), bank)
+    out_tok = torch.zeros(B, K, dtype=torch.long, device=device)
+    out_lp = torch.zeros(B, K, device=device)
+    alive = torch.ones(B, dtype=torch.bool, device=device)
+    n_gen = torch.zeros(B, dtype=torch.long, device=device)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        for k in range(K):
+            h = fast.hidden(ids, pos, vis)
+            logits = fast.logits_at(h, rows * L + lens + k - 1)
+            if banned:
+                logits[:, list(banned)] = float("-inf")
+            if settings.temperature > 0:
+                logp = torch.log_softmax(logits / settings.temperature, -1)
+                tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+            else:
+                logp = torch.log_softmax(logits, -1)
+                tok = logits.argmax(-1)
+            out_tok[:, k] = tok
+            out_lp[:, k] = logp.gather(1, tok[:, None]).squeeze(1)
+            n_gen += alive.long()
+            alive &= tok != eos_id
+            ids[rows, lens + k] = tok
+            pos[:, rows, lens + k] = (nxt + k)[None, :]
+            if not bool(alive.any()):
+                break
+    toks, lps = out_tok.tolist(), out_lp.tolist()
+    n = n_gen.tolist()
+    return [t[: n[b]] for b, t in enumerate(toks)], [lp[: n[b]] for b, lp in enumerate(lps)]
+
+
+def play(fast: FastQwen3VL, bank: FrameBank, codec: PromptCodec, catalog: FrameCatalog, layouts: list[MazeLayout],
+         settings: RolloutSettings, generator: torch.Generator | None = None, device: torch.device | str = "cpu",
+         max_batch: int = 1024) -> list[Episode]:
+    """Play one episode per layout to the end; returns them with every turn's tokens."""
+    device = torch.device(device)
+    proto = get_protocol(settings.protocol)
+    history = HistoryPolicy.parse(settings.history)
+    episodes = []
+    for lay in layouts:
+        first = user_message(proto.initial_text(lay.height, lay.width), image_url=frame_url(catalog.row(lay.grid, lay.start, lay.goal)))
+        episodes.append(Episode(layout=lay, agent=lay.start, conversation=[first]))
+    tok = codec.tokenizer
+    for _ in range(settings.max_turns):
+        live = [e for e in episodes if not e.done]
+        if not live:
+            break
+        for i in range(0, len(live), max_batch):
+            part = live[i : i + max_batch]
+            sel = [history.select(e.conversation) for e in part]
+            prompts = [codec.encode(s) for s in sel]
+            frames = [frame_rows(s) for s in sel]
+            toks, lps = sample_replies(fast, bank, prompts, frames, codec.eos_id, settings, generator, device,
+                                       banned=codec.banned_ids)
+            texts = tok.batch_decode(toks, skip_special_tokens=True)
+            for e, p, f, t, lp, text in zip(part, prompts, frames, toks, lps, texts):
+                e.turns.append(Turn(p, f, t, lp))
+                _apply(e, text, proto, catalog)
+    for e in episodes:
+        e.done = True
+    return episodes
+
+
+def _apply(e: Episode, text: str, proto, catalog: FrameCatalog) -> None:
+    """Step one episode with a reply, as the runner does."""
+    e.conversation.append(assistant_message(text))
+    grid, goal = e.layout.grid, e.layout.goal
+    action = proto.parse(text)
+    if action is None:
+        e.conversation.append(user_message(proto.parse_failure_text(), image_url=frame_url(catalog.row(grid, e.agent, goal))))
+        return
+    feedback, name, payload = validate_action(action)
+    if name == "stop":
+        e.done, e.success = True, e.agent == tuple(goal)
+        return
+    if name == "move":
+        dr, dc = MOVES[int(payload)]
+        nxt = (e.agent[0] + dr, e.agent[1] + dc)
+        if grid[nxt] == 1:
+            from agent.env import Feedback
+
+            feedback = Feedback.HIT_WALL
+        else:
+            e.agent = nxt
+    e.conversation.append(user_message(feedback.value, image_url=frame_url(catalog.row(grid, e.agent, goal))))
+
+
+def solve_rate(episodes: list[Episode]) -> float:
+    return float(np.mean([e.success for e in episodes])) if episodes else 0.0
