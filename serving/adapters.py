@@ -21,7 +21,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +197,27 @@ class AdapterStore:
                 return sorted(n for n in names if ADAPTER_NAME.match(n))
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
+    def page_names(self, after: str | None = None, limit: int = 100) -> tuple[list[str], bool]:
+        """One page of adapter names in key order, starting after ``after``; returns (names, has_more).
+
+        Uses S3's ``StartAfter``, so a page costs one LIST call however many adapters exist.
+        """
+        kwargs: dict[str, Any] = {"Prefix": f"{self.root}{REFS}/", "MaxKeys": min(limit + 1, 1000)}
+        if after:
+            kwargs["StartAfter"] = f"{self.root}{REFS}/{after}.json"
+        names: list[str] = []
+        while True:
+            page = self._call("list_objects_v2", **kwargs)
+            for obj in page.get("Contents", []):
+                name = obj["Key"].rsplit("/", 1)[1].removesuffix(".json")
+                if ADAPTER_NAME.match(name):
+                    names.append(name)
+                if len(names) > limit:
+                    return names[:limit], True
+            if not page.get("IsTruncated"):
+                return names, False
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
     # -- writes --------------------------------------------------------------------------
     def push(self, folder: str | Path, name: str, *, base: str | None = None, base_source: str | None = None,
              max_rank: int = 32, force: bool = False) -> AdapterRef:
@@ -221,7 +242,7 @@ class AdapterStore:
         if current is not None and not force:
             raise AdapterExists(f"adapter {name!r} exists (version {current.version}); push with force to replace it")
         ref = AdapterRef(name=name, version=version, base=base, rank=cfg["r"],
-                         pushed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                         pushed_at=datetime.now(UTC).isoformat(timespec="seconds"))
         key = f"{self.root}{ref.folder}/"
         self._call("put_object", Key=key + WEIGHTS, Body=(Path(folder) / WEIGHTS).read_bytes())
         self._call("put_object", Key=key + CONFIG, Body=(Path(folder) / CONFIG).read_bytes())

@@ -69,6 +69,45 @@ def render(ctx: click.Context, out: str | None) -> None:
         click.echo(text, nl=False)
 
 
+@main.command()
+@click.option("--timeout", default=900.0, show_default=True, help="seconds to wait for readiness")
+@click.pass_context
+def up(ctx: click.Context, timeout: float) -> None:
+    """Start the embedded stack (local S3 + Ray + gateway on 127.0.0.1); prints the base_url when ready."""
+    from serving import embedded
+
+    cfg = _config(ctx)
+    try:
+        base_url = embedded.up(cfg, ready_timeout=timeout, progress=lambda msg: click.echo(f"... {msg}", err=True))
+    except ServingError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(base_url)
+
+
+@main.command()
+def down() -> None:
+    """Stop the embedded stack started by `up`."""
+    from serving import embedded
+
+    click.echo("stopped" if embedded.down() else "not running")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+def status(as_json: bool) -> None:
+    """Show whether the embedded stack runs and is ready (exit 1 when not ready)."""
+    from serving import embedded
+
+    info = embedded.status()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    else:
+        state = "ready" if info["ready"] else ("starting or unhealthy" if info["running"] else "not running")
+        click.echo(f"{state}" + (f"\t{info['base_url']}\tmetrics {info['metrics_url']}" if info["running"] else ""))
+    sys.exit(0 if info["ready"] else 1)
+
+
 @main.group()
 def adapters() -> None:
     """List, push and remove LoRA adapters in the config's S3 prefix."""

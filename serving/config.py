@@ -74,6 +74,9 @@ class AdapterStoreSpec(_Model):
     prefix: str = Field(description="s3://bucket/prefix holding one folder per adapter version")
     endpoint_url: str | None = Field(None, description="S3 endpoint (a local S3 server); None: AWS")
     region: str = Field("us-east-1", description="S3 region")
+    resolve_ttl_s: float = Field(
+        5.0, ge=0, description="seconds a resolved name -> version is reused by the gateway (0: every request reads S3)"
+    )
 
     @field_validator("prefix")
     @classmethod
@@ -153,6 +156,18 @@ class ServingConfig(_Model):
     image: str = Field("maze-gateway/serve:latest", description="container image (k8s)")
     accelerator_type: str | None = Field(None, description="Ray accelerator type, e.g. H100 (gpu only)")
     env: dict[str, str] = Field(default_factory=dict, description="env vars for the engine processes")
+    extensions: list[str] = Field(
+        default_factory=list,
+        description="import paths 'module:attr' of FastAPI APIRouters mounted on the gateway (same auth and limits)",
+    )
+
+    @field_validator("extensions")
+    @classmethod
+    def _extensions(cls, v: list[str]) -> list[str]:
+        bad = [e for e in v if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", e)]
+        if bad:
+            raise ValueError(f"extensions must be 'module:attribute' import paths, got {bad}")
+        return v
 
     @model_validator(mode="after")
     def _unique_ids(self) -> ServingConfig:

@@ -1,25 +1,62 @@
 """The embedded stack: a local S3 server, a local Ray and the gateway app, all on 127.0.0.1.
 
-``maze-serve up`` (and ``maze-eval`` with no endpoint) use it so the product runs on a laptop or
-in CI with no GPU and no cloud account.
+``maze-serve up`` (and ``maze-eval`` with no endpoint, through :func:`ensure_embedded_gateway`)
+use it so the product runs on a laptop or in CI with no GPU and no cloud account:
+
+1. ``moto_server`` on the config's S3 endpoint port, with the bucket created and every adapter
+   folder under ``models/`` (one holding adapter_config.json, e.g. models/maze-grpo) pushed;
+2. a Ray head (``ray start --head --block``, its own session and ports, loopback only);
+3. the gateway app deployed detached, then waits for ``/ready``.
+
+Pids, ports and logs live in the state dir (``$MAZE_HOME/embedded``, default
+``~/.local/share/maze-gateway/embedded``); ``down`` stops exactly the processes ``up`` started.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
 from urllib.parse import urlparse
 
-from serving.config import ServingConfig
+from pydantic import BaseModel
+
+from serving.config import REPO_ROOT, ServingConfig
+from serving.errors import ServingError
+
+log = logging.getLogger(__name__)
 
 LOCAL_S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "maze-local", "AWS_SECRET_ACCESS_KEY": "maze-local"}
+MODELS_DIR = REPO_ROOT / "models"
+READY_TIMEOUT_S = 900.0
+HOST = "127.0.0.1"
+# For the Ray head and the deploying driver: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes Ray treat the
+# node as a single laptop and bind its own listeners to loopback; token auth (~/.ray/auth_token)
+# set explicitly, so the driver and the head always agree on it.
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
+# Serve's per-request overhead on a small CPU node (overridable from the environment): run user
+# code and the handle router on the replica's own event loop instead of hopping threads.
+RAY_SERVE_TUNING_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0"}
+
+
+class EmbeddedError(ServingError):
+    """The embedded stack cannot start (missing model, port taken, app failed)."""
 
 
 def is_local(url: str | None) -> bool:
     return bool(url) and urlparse(url).hostname in ("127.0.0.1", "localhost", "::1")
 
 
-def s3_env(cfg: ServingConfig) -> dict[str, str]:
-    """Environment for S3 clients of this config (set in this process too).
+def s3_env(cfg: ServingConfig, export: bool = True) -> dict[str, str]:
+    """Environment for S3 clients of this config (also set in this process when ``export``).
 
     A local S3 server accepts any credentials; real S3 uses the normal AWS chain untouched.
     """
@@ -28,6 +65,326 @@ def s3_env(cfg: ServingConfig) -> dict[str, str]:
         env["AWS_ENDPOINT_URL_S3"] = cfg.adapters.endpoint_url
     if is_local(cfg.adapters.endpoint_url):
         env.update({k: os.environ.get(k, v) for k, v in LOCAL_S3_CREDENTIALS.items()})
-    for k, v in env.items():
-        os.environ.setdefault(k, v)
+    if export:
+        for k, v in env.items():
+            os.environ.setdefault(k, v)
     return env
+
+
+class EmbeddedState(BaseModel):
+    """What ``up`` started (state.json in the state dir)."""
+
+    name: str
+    base_url: str
+    s3_endpoint: str
+    moto_pid: int
+    ray_pid: int
+    ray_address: str
+    ray_temp_dir: str
+    metrics_port: int
+    config: dict
+    started_at: float
+
+
+def state_dir() -> Path:
+    root = Path(os.environ.get("MAZE_HOME", Path.home() / ".local" / "share" / "maze-gateway"))
+    return root / "embedded"
+
+
+def _state_file() -> Path:
+    return state_dir() / "state.json"
+
+
+def read_state() -> EmbeddedState | None:
+    try:
+        return EmbeddedState.model_validate_json(_state_file().read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def shipped_adapters(models_dir: Path = MODELS_DIR) -> dict[str, Path]:
+    """Adapter folders under ``models/`` (those holding adapter_config.json), by folder name."""
+    if not models_dir.is_dir():
+        return {}
+    return {p.name: p for p in sorted(models_dir.iterdir()) if (p / "adapter_config.json").is_file()}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        # SO_REUSEADDR as servers set it: a port with only TIME_WAIT connections left counts as free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+            return True
+        except OSError:
+            return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"  # a zombie has exited
+    except OSError:
+        return False
+
+
+def _get(url: str, timeout: float = 2.0) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+def _check_models(cfg: ServingConfig) -> None:
+    for m in cfg.base_models:
+        looks_local = m.source.startswith(("/", ".", "models/"))
+        if looks_local and not Path(m.resolved_source()).is_dir():
+            raise EmbeddedError(
+                f"base model {m.id!r} not found at {m.resolved_source()}. The embedded gateway serves the project's "
+                f"small maze VLM: train it (training/sft.py writes models/maze-tiny), or build an untrained one with "
+                f"`python -m training.model_builder --out models/maze-tiny`, or pass -c CONFIG pointing elsewhere."
+            )
+
+
+# -- S3 -------------------------------------------------------------------------------------------
+def start_s3(cfg: ServingConfig, adapters: dict[str, Path] | None = None) -> int:
+    """Start moto_server on the config's endpoint port, create the bucket, push ``adapters``
+    (default: :func:`shipped_adapters`). Returns its pid. Also used to bring S3 back in outage drills."""
+    from serving.adapters import AdapterStore
+
+    port = urlparse(cfg.adapters.endpoint_url or "").port
+    if not is_local(cfg.adapters.endpoint_url) or port is None:
+        raise EmbeddedError(f"the embedded stack needs a local S3 endpoint, got {cfg.adapters.endpoint_url!r}")
+    if not _port_free(port):
+        raise EmbeddedError(f"S3 port {port} on {HOST} is taken (another `maze-serve up`?); `maze-serve down` first")
+    exe = Path(sys.executable).with_name("moto_server")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "moto.server"]
+    state_dir().joinpath("logs").mkdir(parents=True, exist_ok=True)
+    with open(state_dir() / "logs" / "moto.log", "ab") as out:
+        proc = subprocess.Popen([*cmd, "-H", HOST, "-p", str(port)], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while _get(f"http://{HOST}:{port}/") == 0:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise EmbeddedError(f"moto_server did not start; see {state_dir() / 'logs' / 'moto.log'}")
+        time.sleep(0.2)
+    s3_env(cfg)
+    store = AdapterStore(cfg.adapters)
+    store.ensure_bucket()
+    base = cfg.base_models[0]
+    for name, folder in (shipped_adapters() if adapters is None else adapters).items():
+        ref = store.push(folder, name, base=base.id, base_source=base.source, max_rank=cfg.lora.max_rank, force=True)
+        log.info("seeded adapter %s:%s version %s", base.id, name, ref.version)
+    state = read_state()
+    if state is not None:  # a restart during an outage drill: remember the new pid
+        _state_file().write_text(state.model_copy(update={"moto_pid": proc.pid}).model_dump_json(indent=2))
+    return proc.pid
+
+
+def stop_s3() -> None:
+    """Stop the embedded S3 server (its data is in memory and goes with it)."""
+    state = read_state()
+    if state is not None:
+        _stop_group(state.moto_pid)
+
+
+# -- Ray ------------------------------------------------------------------------------------------
+def _start_ray(cfg: ServingConfig) -> tuple[int, str, str, int]:
+    """``ray start --head --block`` in its own session; returns (pid, address, temp dir, metrics port)."""
+    gcs, metrics = _free_port(), _free_port()
+    # A short temp dir: Ray's unix socket paths must stay under ~107 characters.
+    temp_dir = tempfile.mkdtemp(prefix="maze-ray-", dir="/tmp")
+    ray_exe = Path(sys.executable).with_name("ray")
+    cmd = [str(ray_exe), "start", "--head", "--block", f"--node-ip-address={HOST}", f"--port={gcs}",
+           f"--num-cpus={os.cpu_count() or 2}", "--include-dashboard=false", "--disable-usage-stats",
+           f"--temp-dir={temp_dir}", f"--metrics-export-port={metrics}", "--object-store-memory=200000000",
+           # Own ports for every agent, so a second Ray on this machine (training, tests) never clashes.
+           f"--node-manager-port={_free_port()}", f"--object-manager-port={_free_port()}",
+           f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
+           f"--runtime-env-agent-port={_free_port()}"]
+    env = {**RAY_SERVE_TUNING_ENV, **os.environ, **RAY_ENV, **s3_env(cfg, export=False)}
+    with open(state_dir() / "logs" / "ray.log", "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+    return proc.pid, f"{HOST}:{gcs}", temp_dir, metrics
+
+
+def _deploy(cfg: ServingConfig, address: str, ray_pid: int, progress: Callable[[str], None]) -> None:
+    os.environ.update(RAY_ENV)
+    import ray
+    from ray import serve
+
+    from serving.app import build_app
+
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            break
+        except (ConnectionError, RuntimeError) as exc:
+            if not _alive(ray_pid) or time.monotonic() > deadline:
+                raise EmbeddedError(f"Ray did not start: {exc}; see {state_dir() / 'logs' / 'ray.log'}") from None
+            time.sleep(1)
+    try:
+        progress("Ray up; deploying the gateway app")
+        serve.start(http_options={"host": cfg.host, "port": cfg.port})
+        # No per-request access log lines: on a small node they cost more than the routing.
+        logging_config = {"log_level": "WARNING", "enable_access_log": False}
+        serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False, logging_config=logging_config)
+    finally:
+        ray.shutdown()  # the app and Serve are detached: they outlive this driver
+
+
+def _wait_ready(base_url: str, ray_pid: int, timeout: float, progress: Callable[[str], None]) -> None:
+    ready_url = base_url.removesuffix("/v1") + "/ready"
+    start = last = time.monotonic()
+    while _get(ready_url) != 200:
+        now = time.monotonic()
+        if not _alive(ray_pid):
+            raise EmbeddedError(f"Ray exited while starting; see {state_dir() / 'logs'}")
+        if now - start > timeout:
+            raise EmbeddedError(f"gateway not ready after {timeout:.0f}s; see {state_dir() / 'logs'} and Ray's logs")
+        if now - last >= 10:
+            progress(f"waiting for the engines to load ({now - start:.0f}s)")
+            last = now
+        time.sleep(1)
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Pids of the session ``sid`` leads (we start moto and Ray with their own session; Ray's
+    workers make their own process groups but stay in the session)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.getsid(int(name)) == sid:
+                    pids.append(int(name))
+            except OSError:
+                continue
+    return pids
+
+
+def _stop_group(sid: int, grace_s: float = 20.0) -> None:
+    """SIGTERM every process of the session ``sid``, then SIGKILL what is left after ``grace_s``."""
+    pids = _session_pids(sid)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        for pid in pids:  # reap our own children so they do not linger as zombies
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        time.sleep(0.2)
+    for pid in _session_pids(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+# -- public API -----------------------------------------------------------------------------------
+def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = None,
+       ready_timeout: float = READY_TIMEOUT_S, progress: Callable[[str], None] | None = None) -> str:
+    """Start the embedded stack for ``cfg`` (default: the shipped ``embedded`` config); returns base_url.
+
+    Reuses a running stack of the same config. ``adapters`` (name -> folder) replaces the
+    adapters seeded from ``models/``.
+
+    Raises:
+        EmbeddedError: a missing model, a taken port, or a stack that does not get ready.
+    """
+    cfg = cfg or ServingConfig.shipped("embedded")
+    progress = progress or (lambda msg: log.info("%s", msg))
+    current = status()
+    if current.get("ready") and current.get("name") == cfg.name:
+        return current["base_url"]
+    if current.get("running"):
+        raise EmbeddedError(f"an embedded stack is already running ({current.get('base_url')}); `maze-serve down` first")
+    _check_models(cfg)
+    if not _port_free(cfg.port):
+        raise EmbeddedError(f"HTTP port {cfg.port} on {HOST} is taken; free it or use a config with another port")
+    base_url = f"http://{HOST}:{cfg.port}/v1"
+    t0 = time.monotonic()
+    progress(f"starting local S3 on {cfg.adapters.endpoint_url}")
+    moto_pid = start_s3(cfg, adapters)
+    progress("starting Ray on 127.0.0.1")
+    try:
+        ray_pid, address, temp_dir, metrics = _start_ray(cfg)
+    except BaseException:
+        _stop_group(moto_pid)
+        raise
+    state = EmbeddedState(name=cfg.name, base_url=base_url, s3_endpoint=cfg.adapters.endpoint_url or "",
+                          moto_pid=moto_pid, ray_pid=ray_pid, ray_address=address, ray_temp_dir=temp_dir,
+                          metrics_port=metrics, config=cfg.model_dump(mode="json"), started_at=time.time())
+    _state_file().write_text(state.model_dump_json(indent=2))
+    try:
+        _deploy(cfg, address, ray_pid, progress)
+        _wait_ready(base_url, ray_pid, ready_timeout, progress)
+    except BaseException:
+        down()
+        raise
+    progress(f"ready in {time.monotonic() - t0:.0f}s at {base_url}")
+    return base_url
+
+
+def down() -> bool:
+    """Stop what ``up`` started (Ray's process group, then S3). False when nothing was running."""
+    state = read_state()
+    if state is None:
+        return False
+    _stop_group(state.ray_pid)
+    _stop_group(state.moto_pid)
+    _state_file().unlink(missing_ok=True)
+    import shutil
+
+    shutil.rmtree(state.ray_temp_dir, ignore_errors=True)
+    return True
+
+
+def status() -> dict:
+    """State of the embedded stack: running (processes alive), ready (/ready is 200), ports, pids."""
+    state = read_state()
+    if state is None:
+        return {"running": False, "ready": False, "state_dir": str(state_dir())}
+    running = _alive(state.ray_pid)
+    ready = running and _get(state.base_url.removesuffix("/v1") + "/ready") == 200
+    info = state.model_dump(exclude={"config"})
+    return {**info, "running": running, "ready": ready, "s3_running": _alive(state.moto_pid),
+            "state_dir": str(state_dir()), "metrics_url": f"http://{HOST}:{state.metrics_port}/metrics"}
+
+
+def ensure_embedded_gateway() -> str:
+    """base_url of the running embedded gateway, starting it when none is ready."""
+    current = status()
+    if current.get("ready"):
+        return current["base_url"]
+    if current.get("running") or read_state() is not None:
+        down()  # a half-dead stack: start clean
+    return up()
+
+
+def wait_for(fn: Callable[[], bool], timeout: float, interval: float = 0.5) -> bool:
+    """Poll ``fn`` until true or ``timeout`` (a small helper for callers and tests)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if fn():
+            return True
+        time.sleep(interval)
+    return False
+
+
+__all__ = ["EmbeddedError", "down", "ensure_embedded_gateway", "s3_env", "start_s3", "status", "stop_s3", "up"]

@@ -82,3 +82,23 @@ def make_adapter(folder: Path, *, rank: int = 8, base: str = "maze-tiny", seed: 
            "target_modules": ["q_proj", "v_proj"], "task_type": "CAUSAL_LM"}
     (folder / "adapter_config.json").write_text(json.dumps(cfg))
     return folder
+
+
+# -- the real embedded gateway, started once per test run (tests/serving/stack.py) --------------
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory, monkeypatch_session):
+    """The embedded gateway stack (~100 s to start), auth on, small request limits; stopped at the end."""
+    from serving import embedded
+    from tests.serving.stack import KEY, KEY_ENV, Stack, dev_assets, stack_config
+
+    monkeypatch_session.setenv("MAZE_HOME", str(tmp_path_factory.mktemp("maze-home")))
+    monkeypatch_session.setenv(KEY_ENV, f"other-key,{KEY}")
+    assets = dev_assets()
+    cfg = stack_config(assets.base_dir, auth_env=KEY_ENV)
+    t0 = time.monotonic()
+    base_url = embedded.up(cfg, adapters=assets.shipped)
+    print(f"\nembedded stack ready in {time.monotonic() - t0:.0f}s at {base_url}")
+    try:
+        yield Stack(cfg, assets, base_url)
+    finally:
+        embedded.down()

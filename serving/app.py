@@ -1,0 +1,128 @@
+"""Build the Ray Serve LLM application from a :class:`ServingConfig` (pure: no I/O).
+
+One ``LLMConfig`` per base model (vLLM with LoRA enabled, adapters from the S3 prefix, served by
+:class:`serving.lora.GatewayLLMServer`) behind :class:`serving.ingress.GatewayIngress`.
+
+This mirrors ``ray.serve.llm.build_openai_app`` (same validation through ``LLMServingArgs``,
+same ``ingress_cls_config`` contract) with one difference: Ray's builder creates the ingress
+FastAPI app internally, leaving no hook for middleware or extra routers, so we pass our own app
+(:func:`serving.ingress.create_app`) to ``make_fastapi_ingress``.
+
+``build_app_from_args`` is the import path of the RayService (``serving.k8s``).
+"""
+
+from __future__ import annotations
+
+import logging
+import pprint
+from typing import Any
+
+from serving.config import ServingConfig
+
+log = logging.getLogger(__name__)
+
+LORA_SERVER_CLS = "serving.lora:GatewayLLMServer"
+
+
+def _fixed_size(cfg: ServingConfig) -> bool:
+    return cfg.replicas.min_replicas == cfg.replicas.max_replicas
+
+
+def _deployment_config(cfg: ServingConfig) -> dict[str, Any]:
+    r = cfg.replicas
+    if _fixed_size(cfg):
+        # A fixed replica count, not autoscaling with min == max: autoscaling makes every handle
+        # push queue metrics to the Serve controller, which on a 2-core node cost ~0.7 CPU under load.
+        return {"num_replicas": r.min_replicas, "max_ongoing_requests": r.max_ongoing_requests}
+    autoscaling = {"min_replicas": r.min_replicas, "max_replicas": r.max_replicas,
+                   "target_ongoing_requests": r.target_ongoing_requests}
+    return {"autoscaling_config": autoscaling, "max_ongoing_requests": r.max_ongoing_requests}
+
+
+def llm_config_dicts(cfg: ServingConfig) -> list[dict[str, Any]]:
+    """The ``LLMConfig`` of each base model, as plain dicts (what a Serve YAML would hold)."""
+    from serving.embedded import s3_env
+
+    env = {**s3_env(cfg, export=False), **cfg.env}
+    out = []
+    for m in cfg.base_models:
+        engine = {
+            **m.engine_kwargs,
+            "max_model_len": m.max_model_len,
+            "enable_lora": True,
+            "max_lora_rank": cfg.lora.max_rank,
+            # vLLM holds max_loras adapters per batch; Ray keeps as many per replica: keep them equal
+            # so an adapter Ray thinks is resident never needs an engine-side swap.
+            "max_loras": cfg.lora.adapters_per_replica,
+        }
+        llm: dict[str, Any] = {
+            "model_loading_config": {"model_id": m.id, "model_source": m.resolved_source()},
+            "engine_kwargs": engine,
+            "lora_config": {
+                "dynamic_lora_loading_path": cfg.adapters.prefix,
+                "max_num_adapters_per_replica": cfg.lora.adapters_per_replica,
+                "download_timeout_s": cfg.lora.download_timeout_s,
+                "max_download_tries": cfg.lora.max_download_tries,
+            },
+            "deployment_config": _deployment_config(cfg),
+            "runtime_env": {"env_vars": env},
+            "server_cls": LORA_SERVER_CLS,
+        }
+        if cfg.device == "cpu":
+            llm["accelerator_config"] = {"kind": "cpu"}
+        elif cfg.accelerator_type:
+            llm["accelerator_type"] = cfg.accelerator_type
+        out.append(llm)
+    return out
+
+
+def serving_args(cfg: ServingConfig) -> dict[str, Any]:
+    """``LLMServingArgs`` for ``cfg`` as a dict."""
+    from serving.embedded import s3_env
+
+    return {
+        "llm_configs": llm_config_dicts(cfg),
+        "ingress_cls_config": {
+            "ingress_cls": "serving.ingress:GatewayIngress",
+            "ingress_extra_kwargs": {"config": cfg.model_dump(mode="json")},
+        },
+        # num_cpus 0: the ingress is async I/O only, and on a small node the LLM server's
+        # placement group takes every CPU (the app would never be scheduled otherwise).
+        "ingress_deployment_config": {
+            "ray_actor_options": {"num_cpus": 0, "runtime_env": {"env_vars": s3_env(cfg, export=False)}},
+            **({"num_replicas": 1} if _fixed_size(cfg) else {}),
+        },
+    }
+
+
+def build_app(cfg: ServingConfig):
+    """The Serve application for ``cfg`` (deploy with ``serve.run``)."""
+    from ray import serve
+    from ray.llm._internal.common.dict_utils import maybe_apply_llm_deployment_config_defaults
+    from ray.llm._internal.serve.core.configs.openai_api_models import to_model_metadata
+    from ray.llm._internal.serve.core.ingress.builder import LLMServingArgs
+    from ray.llm._internal.serve.core.ingress.ingress import make_fastapi_ingress
+    from ray.llm._internal.serve.core.server.builder import build_llm_deployment
+
+    from serving.ingress import ENDPOINTS, create_app
+
+    args = LLMServingArgs.model_validate(serving_args(cfg))
+    llm_configs = args.llm_configs
+    ingress_cls = args.ingress_cls_config.ingress_cls
+    options = maybe_apply_llm_deployment_config_defaults(
+        ingress_cls.get_deployment_options(llm_configs), args.ingress_deployment_config
+    )
+    log.info("gateway %s: models %s, adapters %s, ingress options\n%s", cfg.name,
+             [c.model_id for c in llm_configs], cfg.adapters.prefix, pprint.pformat(options))
+    ingress = make_fastapi_ingress(ingress_cls, endpoint_map=ENDPOINTS, app=create_app(cfg))
+    return serve.deployment(ingress, **options).bind(
+        llm_deployments={c.model_id: build_llm_deployment(c) for c in llm_configs},
+        model_cards={c.model_id: to_model_metadata(c.model_id, c) for c in llm_configs},
+        lora_paths={c.model_id: c.lora_config.dynamic_lora_loading_path for c in llm_configs},
+        **args.ingress_cls_config.ingress_extra_kwargs,
+    )
+
+
+def build_app_from_args(args: dict[str, Any]):
+    """Serve ``import_path`` entry: ``args = {"config": <ServingConfig as a dict>}``."""
+    return build_app(ServingConfig.model_validate(args["config"]))

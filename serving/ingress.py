@@ -1,0 +1,282 @@
+"""The gateway's ingress: Ray Serve LLM's ``OpenAiIngress`` plus what its users expect.
+
+:class:`GatewayIngress` keeps every OpenAI route and streaming of the parent class and adds:
+
+* ``base:name`` -> ``base:name@version`` through the adapter store's refs (``serving.resolver``),
+  so replicas load immutable, complete versions; unknown base 404, bad name 400, S3 trouble 503;
+* image checks (``serving.limits``) and, in :class:`GatewayMiddleware`, bearer auth, the body
+  size limit and request metrics;
+* ``/v1/models`` from the store (paginated, ``?after=&limit=``, ``agent_profile`` on bases),
+  ``/health`` and ``/ready``;
+* one error handler: every error leaves as ``{"error": {"message", "type", "code"}}``.
+
+:func:`create_app` builds the FastAPI app the ingress is served with (Ray's own app factory, so
+Ray's HTTP metrics and request ids stay, plus the extension routers named in the config).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hmac
+import importlib
+import json
+import logging
+import os
+import time
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from ray.llm._internal.serve.core.configs.openai_api_models import ChatCompletionRequest, OpenAIHTTPException
+from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS, OpenAiIngress
+from ray.llm._internal.serve.core.ingress.ingress import init as ray_ingress_app
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+
+from serving.adapters import AdapterStore, check_name
+from serving.config import ServingConfig
+from serving.embedded import s3_env
+from serving.errors import (
+    AdapterLoadFailed,
+    AdapterNotFound,
+    ModelNotFound,
+    RequestTooLarge,
+    ServingError,
+    Unauthorized,
+)
+from serving.limits import check_messages
+from serving.metrics import metric, route_of
+from serving.resolver import AdapterResolver
+
+log = logging.getLogger(__name__)
+
+OPEN_PATHS = ("/health", "/ready")  # probes need no key
+# The versioned model id this request was resolved to (so the parent's own lookup accepts it).
+_RESOLVED: contextvars.ContextVar[str | None] = contextvars.ContextVar("maze_resolved_model", default=None)
+READY_TIMEOUT_S = 5.0
+
+
+# -- errors -------------------------------------------------------------------------------------
+def _openai_error(status: int, message: str, type_: str, code: Any) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": type_, "code": code}}, status_code=status)
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    # Ray re-raises a replica's exception as RayTaskError(<cause class>): report the cause itself.
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+async def openai_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    """The one mapping of gateway, Ray and FastAPI errors to the OpenAI error shape."""
+    exc = _unwrap(exc)
+    if isinstance(exc, ServingError):
+        return JSONResponse(exc.to_openai(), status_code=exc.status_code)
+    if isinstance(exc, OpenAIHTTPException):
+        return _openai_error(exc.status_code, exc.message, exc.type, exc.status_code)
+    if isinstance(exc, RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        msg = f"invalid request: {first.get('msg', 'validation error')} at {'.'.join(map(str, first.get('loc', ())))}"
+        return _openai_error(400, msg, "invalid_request_error", "invalid_parameter")
+    if isinstance(exc, HTTPException):
+        kind = "invalid_request_error" if exc.status_code < 500 else "internal_error"
+        return _openai_error(exc.status_code, str(exc.detail), kind, exc.status_code)
+    log.exception("unhandled error on %s", request.url.path, exc_info=exc)
+    return _openai_error(500, f"internal error: {type(exc).__name__}", "internal_error", "internal_error")
+
+
+# -- auth, body size, metrics (pure ASGI: streaming passes through untouched) ---------------------
+class GatewayMiddleware:
+    """Outermost middleware: bearer auth, body-size limit, request count and latency."""
+
+    def __init__(self, app, *, api_keys_env: str | None, max_body_bytes: int):
+        self.app = app
+        self.api_keys_env = api_keys_env
+        self.max_body_bytes = max_body_bytes
+
+    def _authorized(self, scope) -> bool:
+        if not self.api_keys_env or scope["path"] in OPEN_PATHS:
+            return True
+        # Read per request: keys rotate with the secret; an unset variable rejects everything.
+        keys = [k.strip() for k in os.environ.get(self.api_keys_env, "").split(",") if k.strip()]
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        scheme, _, token = header.partition(" ")
+        return scheme.lower() == "bearer" and any(hmac.compare_digest(token.strip(), k) for k in keys)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, state = time.perf_counter(), {"status": 500, "started": False}
+
+        async def tracked_send(message):
+            if message["type"] == "http.response.start":
+                state["status"], state["started"] = message["status"], True
+            await send(message)
+
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_body_bytes:
+                raise RequestTooLarge(f"request body exceeds the limit of {self.max_body_bytes} bytes")
+            return message
+
+        try:
+            length = dict(scope["headers"]).get(b"content-length")
+            if not self._authorized(scope):
+                raise Unauthorized("missing or invalid API key (send 'Authorization: Bearer <key>')")
+            if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+                raise RequestTooLarge(f"request body of {int(length)} bytes exceeds the limit of {self.max_body_bytes}")
+            await self.app(scope, limited_receive, tracked_send)
+        except ServingError as exc:
+            if state["started"]:
+                raise
+            await _send_json(tracked_send, exc.status_code, exc.to_openai())
+        finally:
+            route = route_of(scope["path"])
+            metric("requests").inc(tags={"route": route, "status": str(state["status"])})
+            metric("latency").observe(time.perf_counter() - start, tags={"route": route})
+
+
+async def _send_json(send, status: int, body: dict) -> None:
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+# -- the app ------------------------------------------------------------------------------------
+def load_router(path: str) -> APIRouter:
+    """Import ``module:attr`` and check it is an APIRouter (extensions are imported dynamically,
+    so serving never depends on the packages that provide them)."""
+    module, _, attr = path.partition(":")
+    router = getattr(importlib.import_module(module), attr)
+    if not isinstance(router, APIRouter):
+        raise TypeError(f"extension {path} is a {type(router).__name__}, not a FastAPI APIRouter")
+    return router
+
+
+def create_app(cfg: ServingConfig) -> FastAPI:
+    """Ray's ingress FastAPI app plus the gateway's error handler, middleware and extensions."""
+    app = ray_ingress_app()
+    for exc_cls in (ServingError, OpenAIHTTPException, HTTPException, RequestValidationError):
+        app.add_exception_handler(exc_cls, openai_error_handler)
+    for path in cfg.extensions:
+        app.include_router(load_router(path))
+    # Added last = outermost: unauthenticated or oversized requests stop before any other work.
+    app.add_middleware(GatewayMiddleware, api_keys_env=cfg.auth.api_keys_env, max_body_bytes=cfg.limits.max_body_bytes)
+    return app
+
+
+ENDPOINTS = {
+    **DEFAULT_ENDPOINTS,
+    # No response_model: the cards carry agent_profile and the list has_more.
+    "models": lambda app: app.get("/v1/models"),
+    "model_data": lambda app: app.get("/v1/models/{model:path}"),
+    "health": lambda app: app.get("/health"),
+    "ready": lambda app: app.get("/ready"),
+}
+
+
+class GatewayIngress(OpenAiIngress):
+    """OpenAI routes over the LLM deployments, with versioned adapters from the S3 store."""
+
+    def __init__(self, llm_deployments, model_cards, *, lora_paths=None, config: dict, **kwargs):
+        super().__init__(llm_deployments, model_cards, lora_paths=lora_paths, **kwargs)
+        self.cfg = ServingConfig.model_validate(config)
+        s3_env(self.cfg)
+        self.resolver = AdapterResolver(AdapterStore(self.cfg.adapters), self.cfg.adapters.resolve_ttl_s)
+        self._created = int(time.time())
+
+    # -- model resolution (every engine route goes through here) --------------------------------
+    async def _get_model_id(self, model: str | None) -> str:
+        if model is None or model == _RESOLVED.get():
+            return await super()._get_model_id(model)
+        base, sep, name = model.partition(":")
+        if base not in self._model_cards:
+            raise ModelNotFound(f"model {model!r}: unknown base model {base!r}; served: {sorted(self._model_cards)}")
+        if not sep:
+            return base
+        ref = await self.resolver.resolve(check_name(name))
+        if ref.base and ref.base != base:
+            raise AdapterNotFound(f"adapter {name!r} is published for base {ref.base!r}, not {base!r}")
+        return f"{base}:{ref.folder}"
+
+    async def chat(self, body: ChatCompletionRequest, request: Request):
+        check_messages(body.messages, self.cfg.limits)
+        return await super().chat(body, request)
+
+    async def _process_llm_request(self, body, call_method: str, raw_request=None):
+        requested = body.model
+        # The engine looks the LoRA up by the request's model name: it must carry the version too.
+        body.model = await self._get_model_id(body.model)
+        _RESOLVED.set(body.model)
+        try:
+            return await super()._process_llm_request(body, call_method, raw_request=raw_request)
+        except (ServingError, HTTPException, OpenAIHTTPException, RequestValidationError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            cause = _unwrap(exc)
+            if isinstance(cause, ServingError):
+                raise cause from None
+            if ":" not in (requested or ""):
+                raise
+            log.warning("adapter %s (%s) failed: %s", requested, body.model, cause)
+            raise AdapterLoadFailed(f"adapter {requested!r} could not be loaded: {type(cause).__name__}: "
+                                    f"{str(cause).splitlines()[0][:300] if str(cause) else ''}") from None
+
+    # -- listing ---------------------------------------------------------------------------------
+    def _base_card(self, base: str) -> dict[str, Any]:
+        spec = self.cfg.base(base)
+        card = self._model_cards[base].model_dump(mode="json")
+        card.update(object="model", created=self._created, owned_by="maze-gateway")
+        if spec is not None:
+            card["agent_profile"] = spec.agent_profile.model_dump()
+        return card
+
+    def _adapter_card(self, base: str, name: str) -> dict[str, Any]:
+        return {"id": f"{base}:{name}", "object": "model", "created": self._created, "owned_by": "maze-gateway",
+                "parent": base, "root": base, "agent_profile": self._base_card(base).get("agent_profile")}
+
+    async def models(self, after: str | None = Query(None, description="adapter id or name to start after"),
+                     limit: int | None = Query(None, ge=1, le=1000, description="adapters per page; none: all")):
+        """Base models (first page) and every published adapter under each base, in key order."""
+        store = self.resolver.store
+        after_name = after.partition(":")[2] or after if after else None
+        if limit is None:
+            names, has_more = await asyncio.to_thread(store.list_names), False
+        else:
+            names, has_more = await asyncio.to_thread(store.page_names, after_name, limit)
+        data = [self._base_card(b) for b in self._model_cards] if after_name is None else []
+        data += [self._adapter_card(b, n) for n in names for b in self._model_cards]
+        return {"object": "list", "data": data, "has_more": has_more}
+
+    async def model_data(self, model: str):
+        base, sep, name = model.partition(":")
+        if base not in self._model_cards:
+            raise ModelNotFound(f"model {model!r} not found; served bases: {sorted(self._model_cards)}")
+        if sep:
+            await self.resolver.resolve(check_name(name))
+            return self._adapter_card(base, name)
+        return self._base_card(base)
+
+    # -- probes ----------------------------------------------------------------------------------
+    async def health(self):
+        return {"status": "ok"}
+
+    async def ready(self):
+        """200 when every base model's LLM deployment answers its health check, else 503."""
+        async def probe(base: str) -> str:
+            try:
+                await asyncio.wait_for(self._default_serve_handles[base].check_health.remote(), READY_TIMEOUT_S)
+                return "ok"
+            except Exception as exc:  # noqa: BLE001 - any failure means not ready
+                return f"{type(exc).__name__}: {exc}"[:200]
+
+        bases = list(self._default_serve_handles)
+        results = dict(zip(bases, await asyncio.gather(*(probe(b) for b in bases))))
+        ok = all(v == "ok" for v in results.values())
+        return JSONResponse({"status": "ready" if ok else "not_ready", "models": results}, status_code=200 if ok else 503)

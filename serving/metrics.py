@@ -1,0 +1,63 @@
+"""Gateway metrics, exported through Ray's metrics agent next to Ray Serve's and vLLM's own.
+
+``ray.util.metrics`` instruments are created lazily in the process that records them (the
+ingress replica, or an LLM server replica for adapter loads) and scraped from Ray's Prometheus
+endpoint, where Ray prefixes every name with ``ray_``. docs/metrics.md lists every name.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+log = logging.getLogger(__name__)
+
+LATENCY_BOUNDS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120]
+
+
+class _Noop:
+    def inc(self, *a, **k) -> None: ...
+
+    def observe(self, *a, **k) -> None: ...
+
+
+@functools.cache
+def _instruments() -> dict:
+    try:
+        from ray.util.metrics import Counter, Histogram
+    except ImportError:  # outside Ray (unit tests): metrics are no-ops
+        return {}
+    return {
+        "requests": Counter("maze_gateway_requests", "HTTP requests by route and status",
+                            tag_keys=("route", "status")),
+        "latency": Histogram("maze_gateway_request_latency_seconds", "HTTP request latency until the last byte",
+                             boundaries=LATENCY_BOUNDS_S, tag_keys=("route",)),
+        "resolutions": Counter("maze_gateway_adapter_resolutions",
+                               "adapter name -> version resolutions by result (hit, miss, not_found, unavailable)",
+                               tag_keys=("result",)),
+        "resolve_latency": Histogram("maze_gateway_adapter_resolve_latency_seconds",
+                                     "S3 read time of an adapter resolution (cache misses only)",
+                                     boundaries=LATENCY_BOUNDS_S),
+        "loads": Counter("maze_gateway_adapter_loads", "adapter downloads into a replica by result (ok, error)",
+                         tag_keys=("result",)),
+        "load_latency": Histogram("maze_gateway_adapter_load_latency_seconds",
+                                  "adapter download + verification time in a replica", boundaries=LATENCY_BOUNDS_S),
+    }
+
+
+def metric(name: str):
+    """The named instrument, or a no-op when Ray's metrics are unavailable."""
+    try:
+        return _instruments().get(name) or _Noop()
+    except Exception:
+        log.debug("metrics unavailable", exc_info=True)
+        return _Noop()
+
+
+def route_of(path: str) -> str:
+    """Low-cardinality route label (adapter names and ids never become label values)."""
+    for known in ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/episodes", "/v1/leaderboard",
+                  "/health", "/ready"):
+        if path == known or path.startswith(known + "/"):
+            return known
+    return "other"

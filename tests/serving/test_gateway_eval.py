@@ -1,0 +1,82 @@
+"""Evaluation and training against the real embedded gateway (Ray Serve LLM on vLLM CPU).
+
+* maze-eval through the gateway reproduces the shipped models' scores measured with HF
+  transformers (models/scores_hf.json): greedy outcomes agree on at least 60 of 64 mazes.
+* A checkpoint exported by the local GRPO trainer, published with ``maze-train publish``, is
+  served by the running gateway at once and ``maze-eval --adapter`` on it works.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from evaluation import EvalConfig, Store, compare, evaluate, leaderboard
+from evaluation.cli import main as eval_cli
+from training.cli import main as train_cli
+
+from .test_gateway_stack import KEY
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def hf_outcomes(model: str) -> dict[int, bool]:
+    (row,) = [r for r in json.loads((ROOT / "models" / "scores_hf.json").read_text()) if r["model"] == model]
+    outcomes = row["outcomes"]
+    outcomes = ast.literal_eval(outcomes) if isinstance(outcomes, str) else outcomes
+    return {int(k): bool(v) for k, v in outcomes.items()}
+
+
+@pytest.fixture(scope="module")
+def shipped(stack):
+    if not str(stack.assets.base_dir).endswith("models/maze-tiny"):
+        pytest.fail("the shipped models/maze-tiny must be served for this test")
+    return stack
+
+
+@pytest.mark.parametrize("adapter, hf_name", [(None, "maze-tiny"), ("maze-grpo", "maze-grpo")])
+def test_gateway_scores_match_hf(shipped, tmp_path_factory, adapter, hf_name):
+    db = str(tmp_path_factory.getbasetemp() / "gateway-eval.sqlite")
+    result = evaluate(EvalConfig(endpoint=shipped.base_url, api_key=KEY, adapter=adapter, concurrency=8, db=db))
+    assert result.status == "complete" and result.summary.n == 64
+    assert result.manifest.history == "window:2"  # the base model's agent profile, from /v1/models
+    rows = {r["seed"]: bool(r["success"]) for r in Store(db).episode_rows(result.run_id)}
+    agree = sum(rows[s] == v for s, v in hf_outcomes(hf_name).items())
+    print(f"\n{hf_name}: gateway {result.summary.solved}/64, agreement with HF {agree}/64")
+    assert agree >= 60
+
+
+def test_leaderboard_and_compare_after_both_runs(shipped, tmp_path_factory):
+    db = str(tmp_path_factory.getbasetemp() / "gateway-eval.sqlite")
+    store = Store(db)
+    rows = {r.model: r for r in leaderboard(store)}
+    assert set(rows) == {"maze-tiny", "maze-tiny:maze-grpo"}
+    c = compare(store, rows["maze-tiny:maze-grpo"].run_id, rows["maze-tiny"].run_id)
+    assert c.paired == 64 and 0 <= c.p_value <= 1
+
+
+def test_published_training_export_is_served(shipped, tmp_path):
+    from training.grpo_local import GRPOConfig, train
+
+    export = tmp_path / "export"
+    train(GRPOConfig(model_path=str(ROOT / "models" / "maze-tiny"), ckpt_path=str(tmp_path / "ckpt"),
+                     export_path=str(export), train_batch_size=2, policy_mini_batch_size=2, n_samples_per_prompt=2,
+                     max_steps=2, max_turns=3, eval_seeds=2, eval_interval=1, ckpt_interval=1, hf_save_interval=1,
+                     lora_rank=8, lora_alpha=8, device="cpu"))
+    cfg_file = tmp_path / "serving.yaml"
+    cfg_file.write_text(yaml.safe_dump(shipped.cfg.model_dump(mode="json")))
+    pub = CliRunner().invoke(train_cli, ["publish", "--export", str(export), "--step", "2", "--name", "fresh-step2",
+                                         "--serving-config", str(cfg_file)])
+    assert pub.exit_code == 0, pub.output
+    assert "published maze-tiny:fresh-step2" in pub.stdout
+    r = CliRunner().invoke(eval_cli, ["--endpoint", shipped.base_url, "--api-key", KEY, "--adapter", "fresh-step2",
+                                      "--seeds", "0-3", "--db", str(tmp_path / "e.sqlite"), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["status"] == "complete" and out["summary"]["n"] == 4 and out["manifest"]["adapter"] == "fresh-step2"

@@ -1,0 +1,158 @@
+"""Pure parts of the gateway: request limits, the resolver cache, the config extensions and the
+app's LLM configs (no Ray, no engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import pytest
+
+from serving.adapters import AdapterStore
+from serving.app import llm_config_dicts, serving_args
+from serving.config import ServingConfig
+from serving.errors import AdapterNotFound, AdapterStoreUnavailable, BadRequest, RequestTooLarge
+from serving.limits import check_messages, decoded_size
+from serving.resolver import AdapterResolver
+from tests.serving.conftest import make_adapter
+
+
+def _img(nbytes: int) -> str:
+    return "data:image/png;base64," + base64.b64encode(b"x" * nbytes).decode()
+
+
+def _msg(*urls: str) -> list[dict]:
+    return [{"role": "user", "content": [{"type": "text", "text": "hi"},
+                                         *({"type": "image_url", "image_url": {"url": u}} for u in urls)]}]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 100])
+def test_decoded_size_is_exact(n):
+    assert decoded_size(_img(n)) == n
+
+
+def test_limits():
+    limits = ServingConfig.shipped("embedded").limits.model_copy(update={"max_images_per_request": 2,
+                                                                         "max_image_bytes": 1000})
+    assert check_messages(_msg(_img(10), _img(1000)), limits) == 2
+    assert check_messages([{"role": "user", "content": "text only"}], limits) == 0
+    with pytest.raises(BadRequest, match="data: URL"):
+        check_messages(_msg("https://example.com/a.png"), limits)
+    with pytest.raises(BadRequest, match="data: URL"):
+        check_messages([{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "file:///etc/passwd"}}]}],
+                       limits)
+    with pytest.raises(BadRequest, match="3 images"):
+        check_messages(_msg(_img(1), _img(1), _img(1)), limits)
+    with pytest.raises(RequestTooLarge):
+        check_messages(_msg(_img(1001)), limits)
+
+
+def test_extensions_validated():
+    cfg = ServingConfig.shipped("embedded")
+    assert cfg.extensions == ["evaluation.api:router"]
+    assert ServingConfig.shipped("production").extensions == ["evaluation.api:router"]
+    with pytest.raises(ValueError, match="import paths"):
+        ServingConfig.model_validate({**cfg.model_dump(), "extensions": ["not a path"]})
+
+
+def test_llm_configs_follow_the_config():
+    cfg = ServingConfig.shipped("production")
+    (llm,) = llm_config_dicts(cfg)
+    eng = llm["engine_kwargs"]
+    assert eng["enable_lora"] and eng["max_lora_rank"] == 32 and eng["max_loras"] == 1 and eng["max_model_len"] == 16000
+    assert llm["lora_config"]["dynamic_lora_loading_path"] == "s3://maze-gateway-adapters/lora-adapters"
+    assert llm["lora_config"]["max_num_adapters_per_replica"] == eng["max_loras"]
+    assert llm["accelerator_type"] == "H100" and "accelerator_config" not in llm
+    assert llm["server_cls"] == "serving.lora:GatewayLLMServer"
+    assert llm["deployment_config"]["num_replicas"] == 1  # min == max: fixed size, no autoscaling
+    (cpu,) = llm_config_dicts(ServingConfig.shipped("embedded"))
+    assert cpu["accelerator_config"] == {"kind": "cpu"}
+    assert cpu["runtime_env"]["env_vars"]["AWS_ENDPOINT_URL_S3"] == "http://127.0.0.1:9000"
+    args = serving_args(cfg)
+    assert args["ingress_cls_config"]["ingress_cls"] == "serving.ingress:GatewayIngress"
+    assert args["ingress_deployment_config"]["ray_actor_options"]["num_cpus"] == 0
+
+
+def test_llm_serving_args_validate():
+    from ray.llm._internal.serve.core.ingress.builder import LLMServingArgs
+
+    from serving.ingress import GatewayIngress
+
+    args = LLMServingArgs.model_validate(serving_args(ServingConfig.shipped("embedded")))
+    assert args.ingress_cls_config.ingress_cls is GatewayIngress
+    assert args.llm_configs[0].lora_config.max_num_adapters_per_replica == 8
+
+
+def test_resolver_caches_only_successes(s3_server, tmp_path):
+    spec = ServingConfig.shipped("embedded").adapters.model_copy(
+        update={"endpoint_url": s3_server.url, "prefix": "s3://resolver-test/a"})
+    store = AdapterStore(spec)
+    store.ensure_bucket()
+    resolver = AdapterResolver(store, ttl_s=60)
+
+    async def scenario():
+        with pytest.raises(AdapterNotFound):
+            await resolver.resolve("later")
+        store.push(make_adapter(tmp_path / "a"), "later")
+        first = await resolver.resolve("later")  # the miss was not remembered
+        store.push(make_adapter(tmp_path / "b", seed=1), "later", force=True)
+        assert await resolver.resolve("later") == first  # cached for ttl_s
+        resolver.forget("later")
+        assert (await resolver.resolve("later")).version != first.version
+        refs = await asyncio.gather(*(resolver.resolve("later") for _ in range(10)))
+        assert len({r.version for r in refs}) == 1
+
+    asyncio.run(scenario())
+
+
+def test_resolver_store_down_is_503_not_missing():
+    spec = ServingConfig.shipped("embedded").adapters.model_copy(update={"endpoint_url": "http://127.0.0.1:9"})
+    resolver = AdapterResolver(AdapterStore(spec), ttl_s=60)
+    with pytest.raises(AdapterStoreUnavailable):
+        asyncio.run(resolver.resolve("x"))
+    assert resolver._cache == {}
+
+
+def test_page_names(s3_server, tmp_path):
+    spec = ServingConfig.shipped("embedded").adapters.model_copy(
+        update={"endpoint_url": s3_server.url, "prefix": "s3://page-test/p"})
+    store = AdapterStore(spec)
+    store.ensure_bucket()
+    folder = make_adapter(tmp_path / "a")
+    for name in ("a1", "a2", "a3"):
+        store.push(folder, name)
+    assert store.page_names(None, 2) == (["a1", "a2"], True)
+    assert store.page_names("a2", 2) == (["a3"], False)
+    assert store.page_names(None, 10) == (["a1", "a2", "a3"], False)
+
+
+def test_grafana_dashboard_uses_documented_metrics():
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    dash = json.loads((root / "k8s" / "grafana-dashboard.json").read_text())
+    docs = (root / "docs" / "metrics.md").read_text()
+    names = {m for p in dash["panels"] for t in p["targets"] for m in re.findall(r"ray_[a-z_]+", t["expr"])}
+    assert names
+    for name in names:
+        assert re.sub(r"_(bucket|count|sum)$", "", name) in docs, name
+
+
+def test_up_without_the_model_says_how_to_get_it(tmp_path, monkeypatch):
+    import yaml
+    from click.testing import CliRunner
+
+    from serving.cli import main
+
+    monkeypatch.setenv("MAZE_HOME", str(tmp_path / "home"))
+    d = ServingConfig.shipped("embedded").model_dump(mode="json")
+    d["base_models"][0]["source"] = str(tmp_path / "models" / "maze-tiny")
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(d))
+    result = CliRunner().invoke(main, ["-c", str(tmp_path / "cfg.yaml"), "up"])
+    assert result.exit_code == 1
+    assert "not found" in result.output and "training.model_builder" in result.output
+    status = CliRunner().invoke(main, ["status", "--json"])
+    assert status.exit_code == 1 and json.loads(status.output)["running"] is False
