@@ -62,6 +62,8 @@ def main(ctx: click.Context, as_json: bool, resume: str | None, **opts) -> None:
     if ctx.invoked_subcommand is not None:
         return
     logging.basicConfig(level=logging.WARNING)
+    for noisy in ("httpx", "httpx2", "openai"):  # per-request lines would drown the progress bar
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         cfg = EvalConfig(**{k: v for k, v in opts.items() if v is not None})
     except ValidationError as exc:
