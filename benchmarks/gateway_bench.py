@@ -43,18 +43,12 @@ CONCURRENCY = (1, 8, 32)
 
 
 def maze_png_url() -> str:
-    import base64
-    import io
+    """Frame of maze_2d/simple seed 0 as the runner sends it (a data: URL)."""
+    from agent.mazes import generate_from_seed
+    from agent.render import png_data_url, render_frame
 
-    import numpy as np
-    from PIL import Image
-
-    img = np.full((175, 175, 3), 255, np.uint8)
-    img[:25] = img[-25:] = img[:, :25] = img[:, -25:] = 169
-    img[125:150, 125:150] = (255, 0, 0)
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    m = generate_from_seed(7, 7, 0)
+    return png_data_url(render_frame(m.grid, m.start, m.goal))
 
 
 def payload(model: str, image: str, stream: bool = False) -> dict:

@@ -16,8 +16,6 @@ when base and adapter both answer and differ. Ray, Serve and moto are shut down 
 from __future__ import annotations
 
 import argparse
-import base64
-import io
 import json
 import logging
 import os
@@ -99,16 +97,12 @@ def _boto_kwargs() -> dict:
 
 
 def maze_image_url() -> str:
-    """A 175x175 PNG like a 7x7 maze frame (walls on the border, red goal) as a data: URL."""
-    import numpy as np
-    from PIL import Image
+    """Frame of maze_2d/simple seed 0 as the runner sends it (a data: URL)."""
+    from agent.mazes import generate_from_seed
+    from agent.render import png_data_url, render_frame
 
-    img = np.full((175, 175, 3), 255, np.uint8)
-    img[:25] = img[-25:] = img[:, :25] = img[:, -25:] = 169
-    img[125:150, 125:150] = (255, 0, 0)
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    m = generate_from_seed(7, 7, 0)
+    return png_data_url(render_frame(m.grid, m.start, m.goal))
 
 
 def tree_rss_gb() -> float:
