@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.mazes import generate, generate_from_seed
 from training.demos import read_profile
 from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate
-from training.rollout import Episode, RolloutSettings, play
+from training.rollout import Episode, RolloutSettings, Turn, play
 from training.sft import make_codec
 
 log = logging.getLogger("training.grpo_local")
@@ -69,6 +69,12 @@ class GRPOConfig(BaseModel):
     max_grad_norm: float = Field(1.0, gt=0)
     eps_clip_low: float = Field(0.2, ge=0)
     eps_clip_high: float = Field(0.2, ge=0)
+    loss_reduction: str = Field(
+        "sequence_mean", pattern="^(token_mean|sequence_mean|seq_mean_token_sum_norm)$",
+        description="trainer.algorithm.loss_reduction; a sequence is a whole episode. token_mean lets the "
+        "long failed episodes outweigh the short solved ones on shared format tokens (it collapsed the "
+        "policy at lr 2e-3); sequence_mean weighs every episode once",
+    )
     max_turns: int = Field(15, ge=1)
     temperature: float = Field(1.0, gt=0)
     max_generate_length: int = Field(12, ge=1, description="reply tokens per turn")
@@ -130,16 +136,41 @@ def group_advantages(rewards: np.ndarray, n: int) -> np.ndarray:
     return ((g - g.mean(1, keepdims=True)) / (g.std(1, keepdims=True) + 1e-6)).reshape(-1)
 
 
-def policy_loss(fast: FastQwen3VL, bank: FrameBank, items: list, cfg: GRPOConfig, n_tokens: int,
+def loss_items(episodes: list[Episode], advantages: np.ndarray, cfg: GRPOConfig) -> list[tuple[Turn, float, float]]:
+    """(turn, advantage, weight per token) for every turn with tokens of the episodes with a
+    non-zero advantage; the weights sum to 1 over the tokens in ``token_mean`` and
+    ``sequence_mean`` (SkyRL's loss reductions, one episode = one sequence)."""
+    kept = [(e, float(a)) for e, a in zip(episodes, advantages) if abs(a) > 1e-8]
+    kept = [(e, a, sum(len(t.tokens) for t in e.turns)) for e, a in kept]
+    kept = [(e, a, n) for e, a, n in kept if n]
+    if not kept:
+        return []
+    total = sum(n for _, _, n in kept)
+    out = []
+    for e, a, n in kept:
+        if cfg.loss_reduction == "token_mean":
+            w = 1.0 / total
+        elif cfg.loss_reduction == "sequence_mean":
+            w = 1.0 / (n * len(kept))
+        else:  # seq_mean_token_sum_norm: a constant per-token weight
+            w = 1.0 / (len(kept) * cfg.max_turns * cfg.max_generate_length)
+        out.extend((t, a, w) for t in e.turns if t.tokens)
+    return out
+
+
+def policy_loss(fast: FastQwen3VL, bank: FrameBank, items: list, cfg: GRPOConfig,
                 device: torch.device, pad_id: int, banned: list[int]) -> dict:
-    """Backward of the clipped surrogate over ``items`` (turn, advantage); returns stats."""
+    """Backward of the clipped surrogate over ``items`` (turn, advantage, token weight); returns
+    stats (token-weighted means)."""
     stats = {"loss": 0.0, "clip_frac": 0.0, "ratio": 0.0}
+    wsum = sum(w * len(t.tokens) for t, _, w in items)
     for i in range(0, len(items), cfg.micro_batch_size):
         part = items[i : i + cfg.micro_batch_size]
-        b = collate([t.prompt for t, _ in part], [t.frames for t, _ in part], [t.tokens for t, _ in part], pad_id=pad_id)
+        b = collate([t.prompt for t, _, _ in part], [t.frames for t, _, _ in part], [t.tokens for t, _, _ in part], pad_id=pad_id)
         b = {k: v.to(device, non_blocking=True) for k, v in b.items()}
-        old = torch.as_tensor([lp for t, _ in part for lp in t.logprobs], device=device)
-        adv = torch.as_tensor([a for t, a in part for _ in t.tokens], device=device, dtype=torch.float32)
+        old = torch.as_tensor([lp for t, _, _ in part for lp in t.logprobs], device=device)
+        adv = torch.as_tensor([a for t, a, _ in part for _ in t.tokens], device=device, dtype=torch.float32)
+        wt = torch.as_tensor([w for t, _, w in part for _ in t.tokens], device=device, dtype=torch.float32)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             h = fast.hidden(b["input_ids"], b["pos"], fast.vision(b["frames"], bank))
             logits = fast.logits_at(h, b["tgt_index"])
@@ -147,11 +178,11 @@ def policy_loss(fast: FastQwen3VL, bank: FrameBank, items: list, cfg: GRPOConfig
         logp = torch.log_softmax(logits / cfg.temperature, -1).gather(1, b["tgt_ids"][:, None]).squeeze(1)
         ratio = torch.exp(logp - old)
         clipped = ratio.clamp(1 - cfg.eps_clip_low, 1 + cfg.eps_clip_high)
-        loss = -torch.minimum(ratio * adv, clipped * adv).sum() / n_tokens
+        loss = -(torch.minimum(ratio * adv, clipped * adv) * wt).sum()
         loss.backward()
         stats["loss"] += loss.item()
-        stats["clip_frac"] += ((ratio - clipped).abs() > 1e-6).float().sum().item() / n_tokens
-        stats["ratio"] += ratio.sum().item() / n_tokens
+        stats["clip_frac"] += (((ratio - clipped).abs() > 1e-6).float() * wt).sum().item() / wsum
+        stats["ratio"] += (ratio.detach() * wt).sum().item() / wsum
     return stats
 
 
@@ -261,23 +292,25 @@ def train(cfg: GRPOConfig) -> dict:
              "timing/rollout_s": round(t_roll, 2)}
         stats = {"loss": 0.0, "clip_frac": 0.0, "ratio": 0.0}
         per_mini = cfg.policy_mini_batch_size * cfg.n_samples_per_prompt
+        updates = 0
         for _ in range(cfg.update_epochs_per_batch):
             for i in range(0, len(eps), per_mini):
-                items = [(t, float(a)) for e, a in zip(eps[i : i + per_mini], adv[i : i + per_mini])
-                         if abs(a) > 1e-8 for t in e.turns if t.tokens]
+                items = loss_items(eps[i : i + per_mini], adv[i : i + per_mini], cfg)
                 if not items:
                     continue
-                n_tokens = sum(len(t.tokens) for t, _ in items)
                 opt.zero_grad(set_to_none=True)
-                s = policy_loss(fast, bank, items, cfg, n_tokens, device, pad_id, codec.banned_ids)
+                s = policy_loss(fast, bank, items, cfg, device, pad_id, codec.banned_ids)
                 gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 if not torch.isfinite(gn):  # never let one bad batch poison the adapter
                     log.warning("step %d: non-finite grad norm, update skipped", step)
                     continue
                 opt.step()
+                updates += 1
                 stats = {k: stats[k] + s[k] for k in stats}
                 m["policy/grad_norm"] = float(gn)
-        m |= {f"policy/{k}": round(v, 5) for k, v in stats.items()}
+        # Means over this step's optimizer updates (they were summed before, reading as ratio ~4).
+        m |= {f"policy/{k}": round(v / max(updates, 1), 5) for k, v in stats.items()}
+        m["policy/updates"] = updates
         m["timing/step_s"] = round(time.perf_counter() - t0, 2)
         if step % cfg.eval_interval == 0:
             m |= do_eval(step)

@@ -14,15 +14,25 @@ for stage in "$@"; do
     check) python3 -m training.gpu_check runs/init 2>&1 | grep -v Warning ;;
     sft) python3 -m training.sft --config training/configs/sft.yaml --init runs/init --out runs/sft 2>&1 | grep -v Warning | tee runs/sft.log ;;
     grpo)
-      # Several learning rates at once: one small model leaves the GPU mostly idle.
+      # Several variants at once (one small model leaves the GPU mostly idle). GRPO_RUNS is a
+      # ';'-separated list of "name flags..."; by default one run per learning rate in GRPO_LRS.
+      runs="${GRPO_RUNS:-}"
+      if [ -z "$runs" ]; then for lr in ${GRPO_LRS:-0.0005 0.001 0.002}; do runs="$runs;lr$lr --lr $lr ${GRPO_ARGS:-}"; done; fi
       names=""
-      for lr in ${GRPO_LRS:-0.0003 0.001 0.003}; do
-        d=runs/grpo_lr$lr; names="$names $d"
-        python3 -m training.grpo_local --config training/configs/grpo.yaml --lr $lr \
-          --ckpt-path $d/ckpt --export-path $d/export ${GRPO_ARGS:-} > $d.log 2>&1 &
+      IFS=';' read -ra variants <<< "$runs"
+      for v in "${variants[@]}"; do
+        [ -z "${v// }" ] && continue
+        read -r name flags <<< "$v"
+        d=runs/grpo_$name; names="$names $d"; mkdir -p $d
+        # shellcheck disable=SC2086  # flags are words on purpose
+        # A hard wall-clock cap (GRPO_TIMEOUT_S) so a slow step can never eat the caller's
+        # budget; the exports written so far stay usable. Few threads each: the runs share the CPUs.
+        OMP_NUM_THREADS=${GRPO_THREADS:-4} timeout "${GRPO_TIMEOUT_S:-86400}" python3 -m training.grpo_local --config training/configs/grpo.yaml \
+          --ckpt-path $d/ckpt --export-path $d/export $flags > $d.log 2>&1 &
       done
       wait
-      for d in $names; do grep "Step" $d.log | tail -1; grep -h "pass_at_1" $d/export/metrics.jsonl | python3 -c "import sys, json; print([(r['global_step'], r['eval/all/pass_at_1']) for r in map(json.loads, sys.stdin)])"; tail -3 $d.log; done
+      for d in $names; do echo "== $d"; grep "Step" $d.log | tail -1; grep -h "pass_at_1" $d/export/metrics.jsonl | python3 -c "import sys, json; print([(r['global_step'], r['eval/all/pass_at_1']) for r in map(json.loads, sys.stdin)])"; tail -2 $d.log; done
+      # shellcheck disable=SC2086
       python3 -m training.grpo_select runs/grpo_pick $names ;;
     *) echo "unknown stage $stage" ;;
   esac
