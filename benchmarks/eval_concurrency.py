@@ -3,7 +3,8 @@
 Writes ``benchmarks/results/eval_concurrency.json``. Against the embedded gateway by default
 (started if needed); ``--endpoint`` points it elsewhere (e.g. the scripted server). The runner's
 share is this process's CPU time over the wall time (the runner, client and store all live here;
-the engine does not).
+the engine does not). Each run also records where the machine's CPU went (:mod:`cpu_account`):
+per process role, per turn, and the machine's utilisation, which is what limits the speed-up.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from agent.profiles import AgentProfile
 from agent.runner import run_endpoint_async
 from evaluation.evaluate import _profile_of, list_models
 
+import cpu_account
+
 log = logging.getLogger("bench.eval")
 OUT = Path(__file__).parent / "results" / "eval_concurrency.json"
 
@@ -28,10 +31,14 @@ OUT = Path(__file__).parent / "results" / "eval_concurrency.json"
 async def one(endpoint: EndpointConfig, profile: AgentProfile, seeds: list[int], concurrency: int) -> dict:
     cfg = RunnerConfig(protocol=profile.protocol, history=profile.history, concurrency=concurrency,
                        sampling=SamplingParams(temperature=0.0, max_tokens=16))
+    snap0 = cpu_account.snapshot()
     cpu0, t0 = time.process_time(), time.perf_counter()
     recs = await run_endpoint_async(endpoint, seeds, cfg)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    account = cpu_account.diff(snap0, cpu_account.snapshot(), wall)
     turns = sum(r.num_turns for r in recs)
+    account["cpu_ms_per_turn_by_role"] = {k: round(1000 * v / max(turns, 1), 1) for k, v in account["cpu_s_by_role"].items()}
+    account["machine_cpu_ms_per_turn"] = round(1000 * account["machine_busy_cpu_s"] / max(turns, 1), 1)
     return {
         "concurrency": concurrency,
         "wall_s": round(wall, 3),
@@ -42,6 +49,7 @@ async def one(endpoint: EndpointConfig, profile: AgentProfile, seeds: list[int],
         "turns_per_s": round(turns / wall, 2),
         "runner_cpu_s": round(cpu, 3),
         "runner_share_of_wall": round(cpu / wall, 4),
+        "cpu": account,
     }
 
 

@@ -75,6 +75,9 @@ class GRPOConfig(BaseModel):
         "long failed episodes outweigh the short solved ones on shared format tokens (it collapsed the "
         "policy at lr 2e-3); sequence_mean weighs every episode once",
     )
+    use_kl_loss: bool = Field(False, description="KL loss to the base model (adapter disabled), SkyRL's k3 estimator")
+    kl_loss_coef: float = Field(0.001, ge=0)
+    adam_eps: float = Field(1e-8, gt=0, description="AdamW eps; larger damps lr-sized steps on tiny, noisy gradients")
     max_turns: int = Field(15, ge=1)
     temperature: float = Field(1.0, gt=0)
     max_generate_length: int = Field(12, ge=1, description="reply tokens per turn")
@@ -158,11 +161,16 @@ def loss_items(episodes: list[Episode], advantages: np.ndarray, cfg: GRPOConfig)
     return out
 
 
+def _token_logp(logits: torch.Tensor, tgt: torch.Tensor, banned: list[int], temperature: float) -> torch.Tensor:
+    logits[:, banned] = float("-inf")  # the sampling distribution excluded them too
+    return torch.log_softmax(logits / temperature, -1).gather(1, tgt[:, None]).squeeze(1)
+
+
 def policy_loss(fast: FastQwen3VL, bank: FrameBank, items: list, cfg: GRPOConfig,
                 device: torch.device, pad_id: int, banned: list[int]) -> dict:
     """Backward of the clipped surrogate over ``items`` (turn, advantage, token weight); returns
     stats (token-weighted means)."""
-    stats = {"loss": 0.0, "clip_frac": 0.0, "ratio": 0.0}
+    stats = {"loss": 0.0, "clip_frac": 0.0, "ratio": 0.0, "kl": 0.0}
     wsum = sum(w * len(t.tokens) for t, _, w in items)
     for i in range(0, len(items), cfg.micro_batch_size):
         part = items[i : i + cfg.micro_batch_size]
@@ -172,13 +180,20 @@ def policy_loss(fast: FastQwen3VL, bank: FrameBank, items: list, cfg: GRPOConfig
         adv = torch.as_tensor([a for t, a, _ in part for _ in t.tokens], device=device, dtype=torch.float32)
         wt = torch.as_tensor([w for t, _, w in part for _ in t.tokens], device=device, dtype=torch.float32)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            h = fast.hidden(b["input_ids"], b["pos"], fast.vision(b["frames"], bank))
-            logits = fast.logits_at(h, b["tgt_index"])
-        logits[:, banned] = float("-inf")  # the sampling distribution excluded them too
-        logp = torch.log_softmax(logits / cfg.temperature, -1).gather(1, b["tgt_ids"][:, None]).squeeze(1)
+            vis = fast.vision(b["frames"], bank)  # the tower has no LoRA: shared with the reference
+            logits = fast.logits_at(fast.hidden(b["input_ids"], b["pos"], vis), b["tgt_index"])
+            if cfg.use_kl_loss:
+                with torch.no_grad(), fast.model.disable_adapter():
+                    ref_logits = fast.logits_at(fast.hidden(b["input_ids"], b["pos"], vis), b["tgt_index"])
+        logp = _token_logp(logits, b["tgt_ids"], banned, cfg.temperature)
         ratio = torch.exp(logp - old)
         clipped = ratio.clamp(1 - cfg.eps_clip_low, 1 + cfg.eps_clip_high)
         loss = -(torch.minimum(ratio * adv, clipped * adv) * wt).sum()
+        if cfg.use_kl_loss:
+            log_r = _token_logp(ref_logits, b["tgt_ids"], banned, cfg.temperature) - logp
+            kl = torch.exp(log_r) - log_r - 1  # k3: unbiased, always >= 0
+            loss = loss + cfg.kl_loss_coef * (kl * wt).sum()
+            stats["kl"] += (kl.detach() * wt).sum().item() / wsum
         loss.backward()
         stats["loss"] += loss.item()
         stats["clip_frac"] += (((ratio - clipped).abs() > 1e-6).float() * wt).sum().item() / wsum
@@ -257,7 +272,7 @@ def train(cfg: GRPOConfig) -> dict:
     pad_id = processor.tokenizer.pad_token_id
     params = [p for p in model.parameters() if p.requires_grad]
     log.info("trainable %d params (LoRA r=%d)", sum(p.numel() for p in params), cfg.lora_rank)
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999), eps=cfg.adam_eps)
     step, history = try_resume(cfg, model, opt, np_rng)
     gen = torch.Generator(device=device).manual_seed(cfg.seed + step)
     settings = RolloutSettings(max_turns=cfg.max_turns, temperature=cfg.temperature, max_new_tokens=cfg.max_generate_length,
@@ -290,7 +305,7 @@ def train(cfg: GRPOConfig) -> dict:
         adv = group_advantages(rewards, cfg.n_samples_per_prompt)
         m = {"reward/mean": float(rewards.mean()), "episode/avg_turns": float(np.mean([len(e.turns) for e in eps])),
              "timing/rollout_s": round(t_roll, 2)}
-        stats = {"loss": 0.0, "clip_frac": 0.0, "ratio": 0.0}
+        stats = {"loss": 0.0, "clip_frac": 0.0, "ratio": 0.0, "kl": 0.0}
         per_mini = cfg.policy_mini_batch_size * cfg.n_samples_per_prompt
         updates = 0
         for _ in range(cfg.update_epochs_per_batch):

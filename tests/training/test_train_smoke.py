@@ -46,3 +46,14 @@ def test_grpo_smoke_and_resume(tmp_path):
     assert summary["global_step"] == 2
     assert (tmp_path / "ckpt" / MARKER).read_text() == "2"
     assert (tmp_path / "ckpt" / "global_step_2" / "trainer_state.pt").is_file()
+
+
+def test_grpo_kl_loss_and_adam_eps_run(tmp_path):
+    """The KL-to-base option runs end to end (reference = the same model with the adapter off)."""
+    kw = {"model_path": str(TINY), "ckpt_path": str(tmp_path / "ckpt"), "export_path": str(tmp_path / "export"),
+          "train_batch_size": 2, "n_samples_per_prompt": 4, "policy_mini_batch_size": 2, "max_turns": 3,
+          "eval_seeds": 1, "eval_interval": 1, "temperature": 3.0, "max_generate_length": 8,
+          "use_kl_loss": True, "kl_loss_coef": 0.1, "adam_eps": 1e-6, "eval_before_train": False}
+    grpo_train(GRPOConfig(max_steps=1, **kw))
+    (row,) = [json.loads(x) for x in (tmp_path / "export" / "metrics.jsonl").read_text().splitlines()]
+    assert row["policy/kl"] >= 0.0 and row["policy/updates"] >= 0
