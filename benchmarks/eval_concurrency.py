@@ -17,12 +17,12 @@ import os
 import time
 from pathlib import Path
 
+import cpu_account
+
 from agent.config import EndpointConfig, RunnerConfig, SamplingParams
 from agent.profiles import AgentProfile
 from agent.runner import run_endpoint_async
 from evaluation.evaluate import _profile_of, list_models
-
-import cpu_account
 
 log = logging.getLogger("bench.eval")
 OUT = Path(__file__).parent / "results" / "eval_concurrency.json"

@@ -14,7 +14,6 @@ import base64
 import json
 import logging
 import platform
-import statistics
 import time
 import timeit
 from pathlib import Path
@@ -44,7 +43,7 @@ def components(n: int = 2000) -> dict[str, float]:
     frame = render_frame(m.grid, m.start, m.goal)
     png = encode_png(frame)
     conv = [user_message("x", frame)] * 31
-    us = lambda f: timeit.timeit(f, number=n) / n * 1e6  # noqa: E731
+    us = lambda f: timeit.timeit(f, number=n) / n * 1e6
     return {
         "env_step_invalid_us": us(lambda: env.step("('move', 9)")),
         "render_us": us(lambda: render_frame(m.grid, m.start, m.goal)),

@@ -16,8 +16,8 @@ import click
 import yaml
 from pydantic import ValidationError
 
-from training.dataset import DEFAULT_EVAL_ROWS, DEFAULT_TRAIN_ROWS, DatasetConfig, write_datasets
 from training.cli_jobs import register as register_cluster_commands
+from training.dataset import DEFAULT_EVAL_ROWS, DEFAULT_TRAIN_ROWS, DatasetConfig, write_datasets
 from training.k8s import write_manifests
 from training.overrides import entrypoint_argv, render_entrypoint, to_skyrl_overrides
 from training.skyrl_names import VISGYM_ENV_CLASS

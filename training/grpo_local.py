@@ -39,6 +39,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.mazes import generate, generate_from_seed
+from training.config_file import load_with_overrides
 from training.demos import read_profile
 from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate
 from training.rollout import Episode, RolloutSettings, Turn, play
@@ -362,13 +363,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.add_argument(flag, type=lambda v: v.lower() in ("1", "true", "yes"))
         else:
             parser.add_argument(flag, type=field.annotation if field.annotation in (int, float) else str)
-    args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
-    base = {}
-    if "config" in args:
-        import yaml
-
-        base = yaml.safe_load(Path(args.pop("config")).read_text()) or {}
-    train(GRPOConfig.model_validate(base | args))
+    train(load_with_overrides(GRPOConfig, vars(parser.parse_args(argv))))
 
 
 if __name__ == "__main__":

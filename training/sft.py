@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from training.config_file import load_with_overrides
 from training.demos import DemoConfig, demo_stream, write_profile
 from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog, PromptCodec, collate, frame_rows
 
@@ -277,13 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device")
     parser.add_argument("--resume", action="store_true", default=None)
     parser.add_argument("--no-runner-confirm", dest="confirm_with_runner", action="store_false", default=None)
-    args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
-    base = {}
-    if "config" in args:
-        import yaml
-
-        base = yaml.safe_load(Path(args.pop("config")).read_text()) or {}
-    train(SFTConfig.model_validate(base | args))
+    train(load_with_overrides(SFTConfig, vars(parser.parse_args(argv))))
 
 
 if __name__ == "__main__":
