@@ -144,9 +144,8 @@ def loss_items(episodes: list[Episode], advantages: np.ndarray, cfg: GRPOConfig)
     """(turn, advantage, weight per token) for every turn with tokens of the episodes with a
     non-zero advantage; the weights sum to 1 over the tokens in ``token_mean`` and
     ``sequence_mean`` (SkyRL's loss reductions, one episode = one sequence)."""
-    kept = [(e, float(a)) for e, a in zip(episodes, advantages) if abs(a) > 1e-8]
-    kept = [(e, a, sum(len(t.tokens) for t in e.turns)) for e, a in kept]
-    kept = [(e, a, n) for e, a, n in kept if n]
+    sized = ((e, float(a), sum(len(t.tokens) for t in e.turns)) for e, a in zip(episodes, advantages))
+    kept = [(e, a, n) for e, a, n in sized if abs(a) > 1e-8 and n]
     if not kept:
         return []
     total = sum(n for _, _, n in kept)

@@ -5,13 +5,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from safetensors import safe_open
 
 import training  # noqa: F401 - makes torchvision importable on CPU torch
-from training.grpo_local import MARKER, GRPOConfig
+from agent.mazes import generate_from_seed
+from training.demos import read_profile
+from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog
+from training.grpo_local import MARKER, GRPOConfig, build_policy, loss_items, policy_loss
 from training.grpo_local import train as grpo_train
-from training.sft import SFTConfig
+from training.rollout import RolloutSettings, play
+from training.sft import SFTConfig, make_codec
 from training.sft import train as sft_train
 
 TINY = Path(__file__).resolve().parents[2] / "models" / "maze-tiny"
@@ -48,12 +54,31 @@ def test_grpo_smoke_and_resume(tmp_path):
     assert (tmp_path / "ckpt" / "global_step_2" / "trainer_state.pt").is_file()
 
 
-def test_grpo_kl_loss_and_adam_eps_run(tmp_path):
-    """The KL-to-base option runs end to end (reference = the same model with the adapter off)."""
-    kw = {"model_path": str(TINY), "ckpt_path": str(tmp_path / "ckpt"), "export_path": str(tmp_path / "export"),
-          "train_batch_size": 2, "n_samples_per_prompt": 4, "policy_mini_batch_size": 2, "max_turns": 3,
-          "eval_seeds": 1, "eval_interval": 1, "temperature": 3.0, "max_generate_length": 8,
-          "use_kl_loss": True, "kl_loss_coef": 0.1, "adam_eps": 1e-6, "eval_before_train": False}
-    grpo_train(GRPOConfig(max_steps=1, **kw))
-    (row,) = [json.loads(x) for x in (tmp_path / "export" / "metrics.jsonl").read_text().splitlines()]
-    assert row["policy/kl"] >= 0.0 and row["policy/updates"] >= 0
+
+def test_grpo_kl_loss_is_zero_on_the_base_and_positive_off_it():
+    """The KL-to-base term: the reference is the same model with the adapter disabled, so it is 0
+    for a fresh (zero) adapter and > 0 once the adapter moves the policy."""
+    cfg = GRPOConfig(model_path=str(TINY), ckpt_path="c", export_path="e", max_turns=2, max_generate_length=8,
+                     temperature=1.0, use_kl_loss=True, kl_loss_coef=0.1)
+    device = torch.device("cpu")
+    model, processor = build_policy(cfg, device)
+    bank = FrameBank(FrameCatalog(7), processor.image_processor, device, dtype=torch.float32)
+    fast, codec, profile = FastQwen3VL(model, bank.grid_thw), make_codec(processor), read_profile(TINY)
+    settings = RolloutSettings(max_turns=2, temperature=1.0, max_new_tokens=8, history=profile["history"],
+                               protocol=profile["protocol"])
+    model.eval()
+    eps = play(fast, bank, codec, bank.catalog, [generate_from_seed(7, 7, 0)] * 2, settings,
+               generator=torch.Generator().manual_seed(0), device=device)
+    items = loss_items(eps, np.array([1.0, -1.0]), cfg)
+    assert items
+    pad = processor.tokenizer.pad_token_id
+    at_base = policy_loss(fast, bank, items, cfg, device, pad, codec.banned_ids)
+    assert at_base["kl"] == pytest.approx(0.0, abs=1e-6)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.3, generator=gen)
+    moved = policy_loss(fast, bank, items, cfg, device, pad, codec.banned_ids)["kl"]
+    assert moved > 1e-4
+
