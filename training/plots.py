@@ -37,6 +37,13 @@ def curves(sft_metrics: Path, grpo_metrics: Path, selected_step: int | None = No
     }
 
 
+def _star(ax, rows: list[dict], step_key: str, step: int | None, x: str, y: str, label: str) -> None:
+    """Mark the shipped checkpoint (the eval row at ``step``) on a curve, if it was evaluated."""
+    sel = [r for r in rows if step is not None and r[step_key] == step]
+    if sel:
+        ax.plot([sel[0][x]], [sel[0][y]], "r*", ms=14, label=label)
+
+
 def plot(data: dict, png: Path) -> None:
     import matplotlib
 
@@ -53,10 +60,7 @@ def plot(data: dict, png: Path) -> None:
     ax = axes[1]
     ax.plot([r["samples"] for r in tr], [r["action_acc"] for r in tr], label="reply accuracy (train batch)")
     ax.plot([r["samples"] for r in ev], [r["solve_rate_fast"] for r in ev], "o-", label="solve rate, seeds 0..63")
-    if data["sft"]["selected_step"] is not None:
-        sel = [r for r in ev if r["step"] == data["sft"]["selected_step"]]
-        if sel:
-            ax.plot([sel[0]["samples"]], [sel[0]["solve_rate_fast"]], "r*", ms=14, label="maze-tiny")
+    _star(ax, ev, "step", data["sft"]["selected_step"], "samples", "solve_rate_fast", "maze-tiny")
     ax.axhspan(0.35, 0.55, color="g", alpha=0.1, label="target band")
     ax.set_xlabel("SFT samples")
     ax.set_ylim(0, 1)
@@ -64,12 +68,9 @@ def plot(data: dict, png: Path) -> None:
     ax.legend(fontsize=8)
     ax = axes[2]
     gt, ge = data["grpo"]["train"], data["grpo"]["eval"]
-    ax.plot([r["global_step"] for r in gt], [r["reward_mean"] for r in gt], label="train reward (T=1.0)")
+    ax.plot([r["global_step"] for r in gt], [r["reward_mean"] for r in gt], label="train reward (sampled episodes)")
     ax.plot([r["global_step"] for r in ge], [r["pass_at_1"] for r in ge], "o-", label="greedy pass@1, seeds 0..63")
-    if data["grpo"]["selected_step"] is not None:
-        sel = [r for r in ge if r["global_step"] == data["grpo"]["selected_step"]]
-        if sel:
-            ax.plot([sel[0]["global_step"]], [sel[0]["pass_at_1"]], "r*", ms=14, label="maze-grpo")
+    _star(ax, ge, "global_step", data["grpo"]["selected_step"], "global_step", "pass_at_1", "maze-grpo")
     ax.axhline(0.95, color="g", ls="--", lw=1, label="95% target")
     ax.set_xlabel("GRPO step")
     ax.set_ylim(0, 1)
