@@ -19,6 +19,14 @@ for stage in "$@"; do
       runs="${GRPO_RUNS:-}"
       if [ -z "$runs" ]; then for lr in ${GRPO_LRS:-0.0005 0.001 0.002}; do runs="$runs;lr$lr --lr $lr ${GRPO_ARGS:-}"; done; fi
       names=""
+      # GRPO_FROM: a grpo_pick folder from an earlier call; each run named there resumes from its
+      # latest checkpoint and keeps appending to its metrics (a device call is a fresh machine).
+      if [ -n "${GRPO_FROM:-}" ]; then
+        for p in "$GRPO_FROM"/*/ckpt; do
+          r=$(basename "$(dirname "$p")"); mkdir -p runs/$r/export
+          cp -r "$p" runs/$r/ckpt; cp "$(dirname "$p")/metrics.jsonl" runs/$r/export/
+        done
+      fi
       IFS=';' read -ra variants <<< "$runs"
       for v in "${variants[@]}"; do
         [ -z "${v// }" ] && continue
