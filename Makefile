@@ -21,3 +21,4 @@ bench: setup
 	$(PY) benchmarks/runner_overhead.py
 	$(PY) benchmarks/eval_concurrency.py
 	$(PY) benchmarks/gateway_bench.py
+	$(PY) benchmarks/layout_ab.py

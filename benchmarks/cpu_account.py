@@ -18,6 +18,7 @@ import psutil
 ROLES: list[tuple[str, str]] = [
     ("vllm_worker", r"VLLM::Worker"),
     ("vllm_engine_core", r"VLLM::EngineCore"),
+    ("serve_colocated_replica", r"ServeReplica:[^ ]*ColocatedGateway"),
     ("serve_llm_replica", r"ServeReplica:[^ ]*(LLMServer|LLM)"),
     ("serve_ingress_replica", r"ServeReplica:[^ ]*Ingress"),
     ("serve_proxy", r"ProxyActor"),

@@ -4,7 +4,8 @@
 
 One run, one thing at a time (the machine has 2 cores):
 
-1. the embedded gateway stack (local S3 + Ray Serve LLM + vLLM CPU) with ``adapters_per_replica``
+1. the embedded gateway stack (local S3 + Ray Serve LLM + vLLM CPU), in the embedded config's
+   ``layout`` (``--layout`` overrides; recorded as ``gateway.layout``), with ``adapters_per_replica``
    8 (= vLLM ``max_loras`` 8): time to ready and memory, then one-turn chat latency (one image,
    8 tokens, ``ignore_eos``) p50/p95 and throughput at concurrency 1, 8, 32 on the base model;
    adapter cold load (pushed to S3, then the first streamed token); 8 adapters interleaved vs one
@@ -145,16 +146,17 @@ def background_load(exclude_sids: list[int]) -> dict:
     return {"loadavg_1m": round(os.getloadavg()[0], 2), "foreign_cpu_hogs": hogs}
 
 
-def bench_gateway(assets, image: str, quick: bool) -> dict:
+def bench_gateway(assets, image: str, quick: bool, layout: str | None = None) -> dict:
     from serving import embedded
     from serving.adapters import AdapterStore
 
     os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix="maze-bench-")
-    cfg = stack_config(assets.base_dir, name="maze-gateway-bench", resolve_ttl_s=5.0, adapters_per_replica=8)
+    cfg = stack_config(assets.base_dir, name="maze-gateway-bench", resolve_ttl_s=5.0, adapters_per_replica=8,
+                       layout=layout)
     base = cfg.base_models[0].id
     t0 = time.monotonic()
     base_url = embedded.up(cfg, adapters=assets.shipped)
-    out: dict = {"time_to_ready_s": round(time.monotonic() - t0, 1)}
+    out: dict = {"layout": cfg.layout, "time_to_ready_s": round(time.monotonic() - t0, 1)}
     state = embedded.read_state()
     out["memory_after_ready"] = session_memory_gb([state.ray_pid, state.moto_pid])
     try:
@@ -190,17 +192,18 @@ def bench_gateway(assets, image: str, quick: bool) -> dict:
     return out
 
 
-def bench_vllm(base_dir: Path, image: str, quick: bool) -> dict:
+def start_vllm(base_dir: Path) -> tuple[subprocess.Popen, str, object]:
+    """``vllm.entrypoints.openai.api_server`` with the gateway's engine arguments, once healthy:
+    (process, base_url, log file)."""
     port = free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(base_dir),
            "--served-model-name", "maze-tiny", "--host", "127.0.0.1", "--port", str(port),
            "--max-model-len", "4096", "--enable-lora", "--max-lora-rank", "32", "--max-loras", "8",
            "--enforce-eager", "--dtype", "float32"]
-    logf = open(Path(tempfile.gettempdir()) / "maze-bench-vllm.log", "wb")  # noqa: SIM115 - closed below
+    logf = open(Path(tempfile.gettempdir()) / "maze-bench-vllm.log", "wb")  # noqa: SIM115 - closed in stop_vllm
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
-    base_url = f"http://127.0.0.1:{port}/v1"
     try:
         while True:
             try:
@@ -211,6 +214,25 @@ def bench_vllm(base_dir: Path, image: str, quick: bool) -> dict:
             if proc.poll() is not None or time.monotonic() - t0 > 600:
                 raise RuntimeError(f"vLLM api_server did not start; see {logf.name}")
             time.sleep(0.5)
+    except BaseException:
+        stop_vllm(proc, logf)
+        raise
+    return proc, f"http://127.0.0.1:{port}/v1", logf
+
+
+def stop_vllm(proc: subprocess.Popen, logf) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    logf.close()
+
+
+def bench_vllm(base_dir: Path, image: str, quick: bool) -> dict:
+    t0 = time.monotonic()
+    proc, base_url, logf = start_vllm(base_dir)
+    try:
         out: dict = {"time_to_ready_s": round(time.monotonic() - t0, 1)}
         out["memory_after_ready"] = session_memory_gb([proc.pid])
         out["background_before"] = background_load([proc.pid, os.getsid(0)])
@@ -218,12 +240,7 @@ def bench_vllm(base_dir: Path, image: str, quick: bool) -> dict:
         out["background_after"] = background_load([proc.pid, os.getsid(0)])
         return out
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        logf.close()
+        stop_vllm(proc, logf)
 
 
 def ratios(gw: dict, vl: dict) -> dict:
@@ -243,12 +260,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gateway.json")
     ap.add_argument("--quick", action="store_true", help="fewer requests per point")
+    ap.add_argument("--layout", choices=["standard", "colocated"], default=None,
+                    help="Serve layout of the gateway (default: the embedded config's)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a log line per request would load the client
     assets = dev_assets(n_extra=8)
     image = maze_png_url()
-    gw = bench_gateway(assets, image, args.quick)
+    gw = bench_gateway(assets, image, args.quick, args.layout)
     vl = bench_vllm(assets.base_dir, image, args.quick)
     result = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},

@@ -1,7 +1,9 @@
 """Build the Ray Serve LLM application from a :class:`ServingConfig` (pure: no I/O).
 
 One ``LLMConfig`` per base model (vLLM with LoRA enabled, adapters from the S3 prefix, served by
-:class:`serving.lora.GatewayLLMServer`) behind :class:`serving.ingress.GatewayIngress`.
+:class:`serving.lora.GatewayLLMServer`) behind :class:`serving.ingress.GatewayIngress`
+(``layout: standard``), or, with ``layout: colocated``, one deployment
+(:class:`serving.colocated.ColocatedGateway`) that is the ingress and runs that server in-process.
 
 This mirrors ``ray.serve.llm.build_openai_app`` (same validation through ``LLMServingArgs``,
 same ``ingress_cls_config`` contract) with one difference: Ray's builder creates the ingress
@@ -22,6 +24,7 @@ from serving.config import ServingConfig
 log = logging.getLogger(__name__)
 
 LORA_SERVER_CLS = "serving.lora:GatewayLLMServer"
+COLOCATED_DEPLOYMENT = "ColocatedGateway"
 
 
 def _fixed_size(cfg: ServingConfig) -> bool:
@@ -96,7 +99,7 @@ def serving_args(cfg: ServingConfig) -> dict[str, Any]:
 
 
 def build_app(cfg: ServingConfig):
-    """The Serve application for ``cfg`` (deploy with ``serve.run``)."""
+    """The Serve application for ``cfg`` (deploy with ``serve.run``), in the config's ``layout``."""
     from ray import serve
     from ray.llm._internal.common.dict_utils import maybe_apply_llm_deployment_config_defaults
     from ray.llm._internal.serve.core.configs.openai_api_models import to_model_metadata
@@ -108,6 +111,10 @@ def build_app(cfg: ServingConfig):
 
     args = LLMServingArgs.model_validate(serving_args(cfg))
     llm_configs = args.llm_configs
+    model_cards = {c.model_id: to_model_metadata(c.model_id, c) for c in llm_configs}
+    lora_paths = {c.model_id: c.lora_config.dynamic_lora_loading_path for c in llm_configs}
+    if cfg.layout == "colocated":
+        return _build_colocated(cfg, llm_configs[0], model_cards, lora_paths)
     ingress_cls = args.ingress_cls_config.ingress_cls
     options = maybe_apply_llm_deployment_config_defaults(
         ingress_cls.get_deployment_options(llm_configs), args.ingress_deployment_config
@@ -117,9 +124,41 @@ def build_app(cfg: ServingConfig):
     ingress = make_fastapi_ingress(ingress_cls, endpoint_map=ENDPOINTS, app=create_app(cfg))
     return serve.deployment(ingress, **options).bind(
         llm_deployments={c.model_id: build_llm_deployment(c) for c in llm_configs},
-        model_cards={c.model_id: to_model_metadata(c.model_id, c) for c in llm_configs},
-        lora_paths={c.model_id: c.lora_config.dynamic_lora_loading_path for c in llm_configs},
+        model_cards=model_cards,
+        lora_paths=lora_paths,
         **args.ingress_cls_config.ingress_extra_kwargs,
+    )
+
+
+def colocated_deployment_options(llm_config) -> dict[str, Any]:
+    """The one deployment's options: those of the LLM-server deployment it replaces (placement
+    group with the engine's bundles, runtime env, replicas, health checks), under its own name."""
+    from ray.llm._internal.common.dict_utils import maybe_apply_llm_deployment_config_defaults
+    from ray.llm._internal.serve.core.server.builder import DEFAULT_DEPLOYMENT_OPTIONS
+
+    from serving.lora import GatewayLLMServer
+
+    server_cls = llm_config.server_cls or GatewayLLMServer
+    options = maybe_apply_llm_deployment_config_defaults(
+        DEFAULT_DEPLOYMENT_OPTIONS, server_cls.get_deployment_options(llm_config))
+    options["name"] = COLOCATED_DEPLOYMENT
+    return options
+
+
+def _build_colocated(cfg: ServingConfig, llm_config, model_cards: dict, lora_paths: dict):
+    from ray import serve
+    from ray.llm._internal.serve.core.ingress.ingress import make_fastapi_ingress
+
+    from serving.colocated import ColocatedGateway
+    from serving.ingress import ENDPOINTS, create_app
+
+    options = colocated_deployment_options(llm_config)
+    log.info("gateway %s (colocated): model %s, adapters %s, options\n%s", cfg.name, llm_config.model_id,
+             cfg.adapters.prefix, pprint.pformat(options))
+    ingress = make_fastapi_ingress(ColocatedGateway, endpoint_map=ENDPOINTS, app=create_app(cfg))
+    return serve.deployment(ingress, **options).bind(
+        llm_config=llm_config, model_cards=model_cards, lora_paths=lora_paths,
+        config=cfg.model_dump(mode="json"),
     )
 
 

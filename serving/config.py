@@ -151,6 +151,15 @@ class ServingConfig(_Model):
     replicas: ReplicaSpec = Field(default_factory=ReplicaSpec, description="replicas per base model")
     auth: AuthSpec = Field(default_factory=AuthSpec, description="auth")
     limits: LimitsSpec = Field(default_factory=LimitsSpec, description="request limits")
+    layout: Literal["standard", "colocated"] = Field(
+        "standard",
+        description=(
+            "'standard': an ingress deployment in front of one LLM-server deployment per base model "
+            "(two Serve hops per request; ingress and engines scale apart). 'colocated': one deployment "
+            "that answers HTTP and runs the engine in the same replica (one hop; one base model only). "
+            "Same routes, auth, limits, errors, metrics and LoRA loading in both; see serving.colocated"
+        ),
+    )
     host: str = Field("127.0.0.1", description="HTTP bind address")
     port: int = Field(8000, ge=1, le=65535, description="HTTP port")
     image: str = Field("maze-gateway/serve:latest", description="container image (k8s)")
@@ -174,6 +183,8 @@ class ServingConfig(_Model):
         ids = [m.id for m in self.base_models]
         if len(ids) != len(set(ids)):
             raise ValueError(f"base model ids must be unique: {ids}")
+        if self.layout == "colocated" and len(ids) != 1:
+            raise ValueError(f"layout 'colocated' serves exactly one base model, got {ids}; use 'standard'")
         return self
 
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -13,6 +14,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+
+from serving.embedded import RAY_ENV
+
+# Ray reads its auth mode when it is first imported: the stack's driver (serving.embedded._deploy)
+# must connect with token auth, so set it before any test module imports ray (test_colocated does).
+os.environ.update(RAY_ENV)
 
 
 def _free_port() -> int:
@@ -97,7 +104,7 @@ def stack(tmp_path_factory, monkeypatch_session):
     cfg = stack_config(assets.base_dir, auth_env=KEY_ENV)
     t0 = time.monotonic()
     base_url = embedded.up(cfg, adapters=assets.shipped)
-    print(f"\nembedded stack ready in {time.monotonic() - t0:.0f}s at {base_url}")
+    print(f"\nembedded stack ({cfg.layout} layout) ready in {time.monotonic() - t0:.0f}s at {base_url}")
     try:
         yield Stack(cfg, assets, base_url)
     finally:

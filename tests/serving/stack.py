@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from serving import embedded
 from serving.adapters import AdapterStore
 from serving.config import REPO_ROOT, ServingConfig
 
+LAYOUT_ENV = "MAZE_TEST_LAYOUT"  # run the stack tests on the other layout: MAZE_TEST_LAYOUT=standard|colocated
 CACHE = Path.home() / ".cache" / "maze-gateway" / "dev"
 
 
@@ -70,9 +72,12 @@ def _lora(base: Path, out: Path, seed: int) -> Path:
 
 
 def stack_config(base_dir: Path, *, name: str = "maze-gateway-test", auth_env: str | None = None,
-                 resolve_ttl_s: float = 1.0, adapters_per_replica: int | None = None) -> ServingConfig:
-    """The shipped embedded config on free ports, pointing at ``base_dir``."""
+                 resolve_ttl_s: float = 1.0, adapters_per_replica: int | None = None,
+                 layout: str | None = None) -> ServingConfig:
+    """The shipped embedded config on free ports, pointing at ``base_dir``; ``layout`` (default: the
+    embedded config's, or ``$MAZE_TEST_LAYOUT``) picks the Serve layout."""
     d = ServingConfig.shipped("embedded").model_dump(mode="json")
+    d["layout"] = layout or os.environ.get(LAYOUT_ENV) or d["layout"]
     d["name"] = name
     d["base_models"][0]["source"] = str(base_dir)
     d["port"] = free_port()
