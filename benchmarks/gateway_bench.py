@@ -146,17 +146,25 @@ def background_load(exclude_sids: list[int]) -> dict:
     return {"loadavg_1m": round(os.getloadavg()[0], 2), "foreign_cpu_hogs": hogs}
 
 
+def start_gateway(assets, name: str, layout: str | None = None):
+    """The embedded stack (fresh ``MAZE_HOME``, 8 adapters per replica) in ``layout``, once ready:
+    (config, base_url, seconds to ready). Stop it with ``serving.embedded.down()``."""
+    from serving import embedded
+
+    os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix=f"{name}-")
+    cfg = stack_config(assets.base_dir, name=name, resolve_ttl_s=5.0, adapters_per_replica=8, layout=layout)
+    t0 = time.monotonic()
+    base_url = embedded.up(cfg, adapters=assets.shipped)
+    return cfg, base_url, round(time.monotonic() - t0, 1)
+
+
 def bench_gateway(assets, image: str, quick: bool, layout: str | None = None) -> dict:
     from serving import embedded
     from serving.adapters import AdapterStore
 
-    os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix="maze-bench-")
-    cfg = stack_config(assets.base_dir, name="maze-gateway-bench", resolve_ttl_s=5.0, adapters_per_replica=8,
-                       layout=layout)
+    cfg, base_url, ready_s = start_gateway(assets, "maze-gateway-bench", layout)
     base = cfg.base_models[0].id
-    t0 = time.monotonic()
-    base_url = embedded.up(cfg, adapters=assets.shipped)
-    out: dict = {"layout": cfg.layout, "time_to_ready_s": round(time.monotonic() - t0, 1)}
+    out: dict = {"layout": cfg.layout, "time_to_ready_s": ready_s}
     state = embedded.read_state()
     out["memory_after_ready"] = session_memory_gb([state.ray_pid, state.moto_pid])
     try:

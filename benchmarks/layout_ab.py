@@ -18,7 +18,6 @@ import logging
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import cpu_account  # noqa: E402
-from benchmarks.gateway_bench import maze_png_url, run_load, start_vllm, stop_vllm  # noqa: E402
-from tests.serving.stack import dev_assets, stack_config  # noqa: E402
+from benchmarks.gateway_bench import maze_png_url, run_load, start_gateway, start_vllm, stop_vllm  # noqa: E402
+from tests.serving.stack import dev_assets  # noqa: E402
 
 log = logging.getLogger("layout_ab")
 TARGETS = ("vllm", "standard", "colocated")
@@ -50,13 +49,8 @@ def measure(base_url: str, model: str, image: str, n1: int, n8: int, lora: str |
 def run_gateway(layout: str, assets, image: str, n1: int, n8: int) -> dict:
     from serving import embedded
 
-    os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix="maze-ab-")
-    cfg = stack_config(assets.base_dir, name=f"maze-ab-{layout}", resolve_ttl_s=5.0, adapters_per_replica=8,
-                       layout=layout)
+    cfg, base_url, ready = start_gateway(assets, f"maze-ab-{layout}", layout)
     base = cfg.base_models[0].id
-    t0 = time.monotonic()
-    base_url = embedded.up(cfg, adapters=assets.shipped)
-    ready = round(time.monotonic() - t0, 1)
     try:
         out = measure(base_url, base, image, n1, n8, f"{base}:{next(iter(assets.shipped))}")
     finally:

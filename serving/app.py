@@ -136,11 +136,10 @@ def colocated_deployment_options(llm_config) -> dict[str, Any]:
     from ray.llm._internal.common.dict_utils import maybe_apply_llm_deployment_config_defaults
     from ray.llm._internal.serve.core.server.builder import DEFAULT_DEPLOYMENT_OPTIONS
 
-    from serving.lora import GatewayLLMServer
+    from serving.colocated import server_class
 
-    server_cls = llm_config.server_cls or GatewayLLMServer
     options = maybe_apply_llm_deployment_config_defaults(
-        DEFAULT_DEPLOYMENT_OPTIONS, server_cls.get_deployment_options(llm_config))
+        DEFAULT_DEPLOYMENT_OPTIONS, server_class(llm_config).get_deployment_options(llm_config))
     options["name"] = COLOCATED_DEPLOYMENT
     return options
 

@@ -94,14 +94,19 @@ class _LocalMethod:
             yield result
 
 
+def server_class(llm_config) -> type:
+    """The LLM server class the replica runs: the config's ``server_cls``, else ``GatewayLLMServer``
+    (one answer for both the deployment's resources and the server it builds)."""
+    from serving.lora import GatewayLLMServer
+
+    return llm_config.server_cls or GatewayLLMServer
+
+
 class ColocatedGateway(GatewayIngress):
     """``GatewayIngress`` with its base model's ``GatewayLLMServer`` in the same replica."""
 
     async def __init__(self, llm_config, model_cards, *, lora_paths=None, config: dict, server_cls=None, **kwargs):
-        if server_cls is None:
-            from serving.lora import GatewayLLMServer
-
-            server_cls = llm_config.server_cls or GatewayLLMServer
+        server_cls = server_cls or server_class(llm_config)
         # Start the engine first: Serve marks the replica healthy once __init__ returns.
         self.server = server_cls.sync_init(llm_config)
         await self.server.start()
