@@ -57,6 +57,9 @@ class GRPOConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model_path: str = Field(description="SFT base model folder (policy.model.path)")
+    init_adapter: str | None = Field(
+        None, description="adapter folder to start from instead of a zero LoRA (continues an earlier "
+        "run's export on a fresh machine); ignored when resuming from a checkpoint")
     ckpt_path: str = Field(description="checkpoints (trainer.ckpt_path)")
     export_path: str = Field(description="adapter exports and dumped evals (trainer.export_path)")
     seed: int = Field(42)
@@ -274,6 +277,9 @@ def train(cfg: GRPOConfig) -> dict:
     log.info("trainable %d params (LoRA r=%d)", sum(p.numel() for p in params), cfg.lora_rank)
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999), eps=cfg.adam_eps)
     step, history = try_resume(cfg, model, opt, np_rng)
+    if step == 0 and cfg.init_adapter:
+        load_adapter_weights(model, Path(cfg.init_adapter))
+        log.info("started from adapter %s", cfg.init_adapter)
     gen = torch.Generator(device=device).manual_seed(cfg.seed + step)
     settings = RolloutSettings(max_turns=cfg.max_turns, temperature=cfg.temperature, max_new_tokens=cfg.max_generate_length,
                                history=profile["history"], protocol=profile["protocol"])
