@@ -29,6 +29,20 @@ log = logging.getLogger("training.score")
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 
 
+def failure_modes(records: list, tail: int = 5) -> dict:
+    """How the episodes went wrong: failures that end stuck (the last ``tail`` turns all bumped
+    into a wall: greedy decoding at an unchanged state repeats itself) and the share of wall bumps."""
+    failed = [r for r in records if not r.success]
+    stuck = [r for r in failed if len(r.turns) >= tail and all(t.feedback_code == "HIT_WALL" for t in r.turns[-tail:])]
+    turns = [t for r in records for t in r.turns]
+    return {
+        "failed": len(failed),
+        "failed_stuck_at_wall": len(stuck),
+        "failed_turn_limit": sum(r.stop_reason == "turn_limit" for r in failed),
+        "wall_bump_share": round(sum(t.feedback_code == "HIT_WALL" for t in turns) / max(1, len(turns)), 3),
+    }
+
+
 def score(name: str, base: Path, adapter: Path | None, seeds: int, max_turns: int = 15) -> dict:
     """Greedy solve rate and per-seed outcomes of one model."""
     torch.manual_seed(0)
@@ -46,6 +60,7 @@ def score(name: str, base: Path, adapter: Path | None, seeds: int, max_turns: in
         "protocol": profile["protocol"],
         "backend": "hf-transformers-cpu",
         "seconds": round(time.perf_counter() - t0, 1),
+        "failure_modes": failure_modes(records),
         "outcomes": {str(r.seed): bool(r.success) for r in records},
     }
 
@@ -64,7 +79,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     results = [score(n, base, a, args.seeds) for n, a in todo if args.only in (None, n)]
     print(f"{'model':<10} {'solved':>7} {'rate':>7}  (maze_2d/simple seeds 0..{args.seeds - 1}, greedy, 15 turns, HF CPU)")
     for r in results:
-        print(f"{r['model']:<10} {r['solved']:>4}/{r['episodes']:<2} {r['solve_rate']:>7.2%}")
+        f = r["failure_modes"]
+        print(f"{r['model']:<10} {r['solved']:>4}/{r['episodes']:<2} {r['solve_rate']:>7.2%}  failed {f['failed']}: "
+              f"{f['failed_stuck_at_wall']} stuck at a wall; wall bumps {f['wall_bump_share']:.0%} of turns")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return results
