@@ -146,13 +146,15 @@ def background_load(exclude_sids: list[int]) -> dict:
     return {"loadavg_1m": round(os.getloadavg()[0], 2), "foreign_cpu_hogs": hogs}
 
 
-def start_gateway(assets, name: str, layout: str | None = None):
-    """The embedded stack (fresh ``MAZE_HOME``, 8 adapters per replica) in ``layout``, once ready:
-    (config, base_url, seconds to ready). Stop it with ``serving.embedded.down()``."""
+def start_gateway(assets, name: str, layout: str | None = None, ingress: str | None = None):
+    """The embedded stack (fresh ``MAZE_HOME``, 8 adapters per replica) in ``layout`` with ``ingress``
+    (default: the embedded config's), once ready: (config, base_url, seconds to ready).
+    Stop it with ``serving.embedded.down()``."""
     from serving import embedded
 
     os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix=f"{name}-")
-    cfg = stack_config(assets.base_dir, name=name, resolve_ttl_s=5.0, adapters_per_replica=8, layout=layout)
+    cfg = stack_config(assets.base_dir, name=name, resolve_ttl_s=5.0, adapters_per_replica=8, layout=layout,
+                       ingress=ingress)
     t0 = time.monotonic()
     base_url = embedded.up(cfg, adapters=assets.shipped)
     return cfg, base_url, round(time.monotonic() - t0, 1)
