@@ -4,18 +4,20 @@ With Serve's HTTP proxy a request is parsed by the proxy actor, sent to the repl
 actor call, and the response streamed back through the proxy: one more process and two more
 serialisations per request. Ray 2.60's direct ingress (``RAY_SERVE_ENABLE_DIRECT_INGRESS=1``)
 makes each *ingress* replica run its own uvicorn server on a port the controller hands out from
-``RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT..MAX_HTTP_PORT``; that server calls the replica's
-ASGI app in-process (same request context, metrics and route-prefix handling as a proxied call).
+``RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT`` up to (excluding) ``..._MAX_HTTP_PORT``; that server
+calls the replica's ASGI app in-process (same request context, metrics and route-prefix handling
+as a proxied call).
 
 What 2.60 still does, and how the embedded stack fits it:
 
 * the controller starts a proxy on the head node anyway (it becomes the fallback target); it gets
-  a spare loopback port (:func:`proxy_port`) so the config's ``port`` stays free;
+  a spare port on the config's host (:func:`proxy_port`) where it idles, so ``port`` stays free;
 * the replica port range is pinned to exactly the config's ``port``: the one colocated replica
   listens where the proxy would have, so ``base_url`` does not change;
 * a released port is quarantined (default: HAProxy's hard-stop + 30 s) and a stopping ingress
   replica drains for at least 30 s; with a one-port range a replacement replica (engine death,
-  health check) would wait that long for the port, so both are cut to a few seconds here.
+  health check) would have to wait that long for the port, so both are cut to seconds here
+  (replica replacement itself is not exercised by the tests).
 
 The environment must reach the controller and the replicas, which read it when Ray Serve is
 imported there: :mod:`serving.embedded` sets it on ``ray start``, whose workers inherit it.
@@ -32,9 +34,9 @@ DRAIN_S = 2
 
 def ray_env(cfg: ServingConfig) -> dict[str, str]:
     """Env for the Ray processes so that ``cfg``'s ingress replica serves HTTP on ``cfg.port``
-    (empty for ``ingress: proxy``: Ray's defaults)."""
+    (for ``ingress: proxy`` only the switch, off, so a stray environment cannot override the config)."""
     if cfg.ingress != "direct":
-        return {}
+        return {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "0"}
     return {
         "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
         # The allocator's range is range(MIN, MAX): MAX is exclusive.

@@ -39,7 +39,7 @@ def test_ray_env_pins_the_replica_port_to_the_config_port():
     assert (env["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"], env["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"]) == ("8123", "8124")
     assert direct_ingress.proxy_port(cfg, lambda: 40001) == 40001  # the idle proxy moves aside
     proxied = cfg.model_copy(update={"ingress": "proxy"})
-    assert direct_ingress.ray_env(proxied) == {}
+    assert direct_ingress.ray_env(proxied) == {"RAY_SERVE_ENABLE_DIRECT_INGRESS": "0"}
     assert direct_ingress.proxy_port(proxied, lambda: 40001) == 8123
 
 
