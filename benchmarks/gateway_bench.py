@@ -5,7 +5,7 @@
 One run, one thing at a time (the machine has 2 cores):
 
 1. the embedded gateway stack (local S3 + Ray Serve LLM + vLLM CPU), in the embedded config's
-   ``layout`` (``--layout`` overrides; recorded as ``gateway.layout``), with ``adapters_per_replica``
+   ``layout`` and ``ingress`` (``--layout``/``--ingress`` override; recorded in ``gateway``), with ``adapters_per_replica``
    8 (= vLLM ``max_loras`` 8): time to ready and memory, then one-turn chat latency (one image,
    8 tokens, ``ignore_eos``) p50/p95 and throughput at concurrency 1, 8, 32 on the base model;
    adapter cold load (pushed to S3, then the first streamed token); 8 adapters interleaved vs one
@@ -146,25 +146,27 @@ def background_load(exclude_sids: list[int]) -> dict:
     return {"loadavg_1m": round(os.getloadavg()[0], 2), "foreign_cpu_hogs": hogs}
 
 
-def start_gateway(assets, name: str, layout: str | None = None):
-    """The embedded stack (fresh ``MAZE_HOME``, 8 adapters per replica) in ``layout``, once ready:
-    (config, base_url, seconds to ready). Stop it with ``serving.embedded.down()``."""
+def start_gateway(assets, name: str, layout: str | None = None, ingress: str | None = None):
+    """The embedded stack (fresh ``MAZE_HOME``, 8 adapters per replica) in ``layout`` with ``ingress``
+    (default: the embedded config's), once ready: (config, base_url, seconds to ready).
+    Stop it with ``serving.embedded.down()``."""
     from serving import embedded
 
     os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix=f"{name}-")
-    cfg = stack_config(assets.base_dir, name=name, resolve_ttl_s=5.0, adapters_per_replica=8, layout=layout)
+    cfg = stack_config(assets.base_dir, name=name, resolve_ttl_s=5.0, adapters_per_replica=8, layout=layout,
+                       ingress=ingress)
     t0 = time.monotonic()
     base_url = embedded.up(cfg, adapters=assets.shipped)
     return cfg, base_url, round(time.monotonic() - t0, 1)
 
 
-def bench_gateway(assets, image: str, quick: bool, layout: str | None = None) -> dict:
+def bench_gateway(assets, image: str, quick: bool, layout: str | None = None, ingress: str | None = None) -> dict:
     from serving import embedded
     from serving.adapters import AdapterStore
 
-    cfg, base_url, ready_s = start_gateway(assets, "maze-gateway-bench", layout)
+    cfg, base_url, ready_s = start_gateway(assets, "maze-gateway-bench", layout, ingress)
     base = cfg.base_models[0].id
-    out: dict = {"layout": cfg.layout, "time_to_ready_s": ready_s}
+    out: dict = {"layout": cfg.layout, "ingress": cfg.ingress, "time_to_ready_s": ready_s}
     state = embedded.read_state()
     out["memory_after_ready"] = session_memory_gb([state.ray_pid, state.moto_pid])
     try:
@@ -270,12 +272,14 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer requests per point")
     ap.add_argument("--layout", choices=["standard", "colocated"], default=None,
                     help="Serve layout of the gateway (default: the embedded config's)")
+    ap.add_argument("--ingress", choices=["proxy", "direct"], default=None,
+                    help="who listens on the gateway's port (default: the embedded config's)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a log line per request would load the client
     assets = dev_assets(n_extra=8)
     image = maze_png_url()
-    gw = bench_gateway(assets, image, args.quick, args.layout)
+    gw = bench_gateway(assets, image, args.quick, args.layout, args.ingress)
     vl = bench_vllm(assets.base_dir, image, args.quick)
     result = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},

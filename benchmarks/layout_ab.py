@@ -1,9 +1,9 @@
-"""Plain vLLM vs the gateway's two layouts (standard, colocated), interleaved, in one run.
+"""Plain vLLM vs the gateway's layouts (standard, colocated, colocated + direct ingress), interleaved.
 
     PYTHONPATH=. .venv/bin/python benchmarks/layout_ab.py [--rounds 2] [--out benchmarks/results/layout_ab.json]
 
-Each round starts one stack at a time (2-core machine), in the order vllm, standard, colocated
-(reversed on odd rounds so neither layout always runs first), and measures the gateway bench's
+Each round starts one stack at a time (2-core machine), in the order vllm, standard, colocated,
+direct (reversed on odd rounds so no target always runs first), and measures the gateway bench's
 request (one-turn chat, one image, 8 tokens, ``ignore_eos``): p50/p95 at concurrency 1, throughput
 at concurrency 8, CPU seconds per request by process role at c=1; for the gateway layouts also c=1
 on the shipped adapter (the LoRA path). The summary holds the median of each figure over rounds.
@@ -29,7 +29,9 @@ from benchmarks.gateway_bench import maze_png_url, run_load, start_gateway, star
 from tests.serving.stack import dev_assets  # noqa: E402
 
 log = logging.getLogger("layout_ab")
-TARGETS = ("vllm", "standard", "colocated")
+# Gateway targets: (layout, ingress) of the serving config.
+GATEWAYS = {"standard": ("standard", "proxy"), "colocated": ("colocated", "proxy"), "direct": ("colocated", "direct")}
+TARGETS = ("vllm", *GATEWAYS)
 
 
 def measure(base_url: str, model: str, image: str, n1: int, n8: int, lora: str | None) -> dict:
@@ -46,10 +48,11 @@ def measure(base_url: str, model: str, image: str, n1: int, n8: int, lora: str |
     return out
 
 
-def run_gateway(layout: str, assets, image: str, n1: int, n8: int) -> dict:
+def run_gateway(target: str, assets, image: str, n1: int, n8: int) -> dict:
     from serving import embedded
 
-    cfg, base_url, ready = start_gateway(assets, f"maze-ab-{layout}", layout)
+    layout, ingress = GATEWAYS[target]
+    cfg, base_url, ready = start_gateway(assets, f"maze-ab-{target}", layout, ingress)
     base = cfg.base_models[0].id
     try:
         out = measure(base_url, base, image, n1, n8, f"{base}:{next(iter(assets.shipped))}")
@@ -83,7 +86,7 @@ def summary(runs: list[dict]) -> dict:
             out[target]["c1_lora_p50_s"] = med("c1_lora", "p50_s")
     if "vllm" in out:
         v = out["vllm"]
-        for target in ("standard", "colocated"):
+        for target in GATEWAYS:
             if target in out:
                 g = out[target]
                 g["c1_p50_added_pct"] = round(100 * (g["c1_p50_s"] / v["c1_p50_s"] - 1), 1)

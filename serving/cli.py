@@ -61,7 +61,11 @@ def render(ctx: click.Context, out: str | None) -> None:
     """Print the KubeRay RayService manifest for the config."""
     from serving.k8s import render_yaml
 
-    text = render_yaml(_config(ctx))
+    try:
+        text = render_yaml(_config(ctx))
+    except ValueError as exc:  # a config the cluster cannot run as such (e.g. ingress: direct)
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
     if out:
         Path(out).write_text(text)
         click.echo(out)

@@ -160,6 +160,15 @@ class ServingConfig(_Model):
             "Same routes, auth, limits, errors, metrics and LoRA loading in both; see serving.colocated"
         ),
     )
+    ingress: Literal["proxy", "direct"] = Field(
+        "proxy",
+        description=(
+            "'proxy': Serve's HTTP proxy listens on `port` and forwards each request to the ingress "
+            "replica (one more process hop). 'direct': Serve's direct ingress, the one colocated replica "
+            "listens on `port` itself (client -> replica). Embedded stack only, with layout 'colocated' "
+            "and one replica; see serving.direct_ingress"
+        ),
+    )
     host: str = Field("127.0.0.1", description="HTTP bind address")
     port: int = Field(8000, ge=1, le=65535, description="HTTP port")
     image: str = Field("maze-gateway/serve:latest", description="container image (k8s)")
@@ -185,6 +194,8 @@ class ServingConfig(_Model):
             raise ValueError(f"base model ids must be unique: {ids}")
         if self.layout == "colocated" and len(ids) != 1:
             raise ValueError(f"layout 'colocated' serves exactly one base model, got {ids}; use 'standard'")
+        if self.ingress == "direct" and (self.layout != "colocated" or self.replicas.max_replicas != 1):
+            raise ValueError("ingress 'direct' needs layout 'colocated' and max_replicas 1: one replica owns the port")
         return self
 
     @classmethod

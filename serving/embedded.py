@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel
 
+from serving import direct_ingress
 from serving.config import REPO_ROOT, ServingConfig
 from serving.errors import ServingError
 
@@ -211,7 +212,10 @@ def _start_ray(cfg: ServingConfig) -> tuple[int, str, str, int]:
            f"--node-manager-port={_free_port()}", f"--object-manager-port={_free_port()}",
            f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
            f"--runtime-env-agent-port={_free_port()}"]
-    env = {**RAY_SERVE_TUNING_ENV, **os.environ, **RAY_ENV, **s3_env(cfg, export=False)}
+    # The ingress settings come from the config alone (after os.environ): they decide which process
+    # owns the config's port.
+    env = {**RAY_SERVE_TUNING_ENV, **os.environ, **RAY_ENV, **s3_env(cfg, export=False),
+           **direct_ingress.ray_env(cfg)}
     with open(state_dir() / "logs" / "ray.log", "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
@@ -236,7 +240,7 @@ def _deploy(cfg: ServingConfig, address: str, ray_pid: int, progress: Callable[[
             time.sleep(1)
     try:
         progress("Ray up; deploying the gateway app")
-        serve.start(http_options={"host": cfg.host, "port": cfg.port})
+        serve.start(http_options={"host": cfg.host, "port": direct_ingress.proxy_port(cfg, _free_port)})
         # No per-request access log lines: on a small node they cost more than the routing.
         logging_config = {"log_level": "WARNING", "enable_access_log": False}
         serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False, logging_config=logging_config)

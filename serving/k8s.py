@@ -43,7 +43,14 @@ def _container(cfg: ServingConfig, name: str, resources: dict[str, Any]) -> dict
 
 
 def render_rayservice(cfg: ServingConfig) -> dict[str, Any]:
-    """The RayService object (ray.io/v1) for ``cfg``."""
+    """The RayService object (ray.io/v1) for ``cfg``.
+
+    Raises:
+        ValueError: ``ingress: direct`` (the embedded stack's single-node setting; in a cluster
+            Serve's proxy, or a load balancer over the replicas' ports, fronts the ingress).
+    """
+    if cfg.ingress == "direct":
+        raise ValueError("ingress 'direct' is for the embedded stack; render a config with ingress 'proxy'")
     gpu = cfg.device == "gpu"
     worker_resources = {
         "limits": {"cpu": "8", "memory": "64Gi", **({"nvidia.com/gpu": "1"} if gpu else {})},

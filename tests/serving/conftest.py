@@ -104,7 +104,7 @@ def stack(tmp_path_factory, monkeypatch_session):
     cfg = stack_config(assets.base_dir, auth_env=KEY_ENV)
     t0 = time.monotonic()
     base_url = embedded.up(cfg, adapters=assets.shipped)
-    print(f"\nembedded stack ({cfg.layout} layout) ready in {time.monotonic() - t0:.0f}s at {base_url}")
+    print(f"\nembedded stack ({cfg.layout} layout, {cfg.ingress} ingress) ready in {time.monotonic() - t0:.0f}s at {base_url}")
     try:
         yield Stack(cfg, assets, base_url)
     finally:

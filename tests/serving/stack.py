@@ -26,6 +26,7 @@ from serving.adapters import AdapterStore
 from serving.config import REPO_ROOT, ServingConfig
 
 LAYOUT_ENV = "MAZE_TEST_LAYOUT"  # run the stack tests on the other layout: MAZE_TEST_LAYOUT=standard|colocated
+INGRESS_ENV = "MAZE_TEST_INGRESS"  # and on the other ingress: MAZE_TEST_INGRESS=proxy|direct
 CACHE = Path.home() / ".cache" / "maze-gateway" / "dev"
 
 
@@ -73,11 +74,15 @@ def _lora(base: Path, out: Path, seed: int) -> Path:
 
 def stack_config(base_dir: Path, *, name: str = "maze-gateway-test", auth_env: str | None = None,
                  resolve_ttl_s: float = 1.0, adapters_per_replica: int | None = None,
-                 layout: str | None = None) -> ServingConfig:
-    """The shipped embedded config on free ports, pointing at ``base_dir``; ``layout`` (default: the
-    embedded config's, or ``$MAZE_TEST_LAYOUT``) picks the Serve layout."""
+                 layout: str | None = None, ingress: str | None = None) -> ServingConfig:
+    """The shipped embedded config on free ports, pointing at ``base_dir``; ``layout`` and ``ingress``
+    (default: the embedded config's, or ``$MAZE_TEST_LAYOUT`` / ``$MAZE_TEST_INGRESS``) pick the
+    Serve layout and who listens on the port."""
     d = ServingConfig.shipped("embedded").model_dump(mode="json")
     d["layout"] = layout or os.environ.get(LAYOUT_ENV) or d["layout"]
+    d["ingress"] = ingress or os.environ.get(INGRESS_ENV) or d["ingress"]
+    if d["layout"] != "colocated":
+        d["ingress"] = "proxy"  # direct ingress needs the colocated layout
     d["name"] = name
     d["base_models"][0]["source"] = str(base_dir)
     d["port"] = free_port()

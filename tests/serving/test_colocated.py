@@ -36,7 +36,7 @@ def test_layout_default_and_validation():
     d["base_models"].append({**d["base_models"][0], "id": "other"})
     with pytest.raises(ValueError, match="exactly one base model"):
         ServingConfig.model_validate(d)
-    d["layout"] = "standard"
+    d["layout"], d["ingress"] = "standard", "proxy"  # direct ingress needs the colocated layout
     assert ServingConfig.model_validate(d).layout == "standard"
     with pytest.raises(ValueError):
         ServingConfig.model_validate({**d, "layout": "direct"})

@@ -209,6 +209,26 @@ def test_listeners_are_loopback_except_serve_replica_grpc(stack):
     assert all("ServeReplica" in name for name, _, _ in exposed), exposed
 
 
+def test_port_is_served_by_the_configured_ingress(stack):
+    """``ingress: direct``: the replica itself listens on the config's port; ``proxy``: Serve's proxy."""
+    import os
+
+    import psutil
+
+    state = embedded.read_state()
+    owners = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) == state.ray_pid and any(
+                    c.status == psutil.CONN_LISTEN and c.laddr.port == stack.cfg.port
+                    for c in proc.net_connections(kind="tcp")):
+                owners.append(proc.name())
+        except (psutil.Error, OSError):
+            continue
+    expected = "ServeReplica" if stack.cfg.ingress == "direct" else "ProxyActor"
+    assert len(owners) == 1 and expected in owners[0], owners
+
+
 def test_concurrent_first_requests_for_one_adapter(stack):
     """Ray's resolve_lora races (check, then await the load): every concurrent first request must succeed."""
     import asyncio
