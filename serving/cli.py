@@ -58,9 +58,11 @@ def main(ctx: click.Context, config: str | None, verbose: bool) -> None:
 @click.option("-o", "--out", type=click.Path(dir_okay=False), help="write to this file instead of stdout")
 @click.pass_context
 def render(ctx: click.Context, out: str | None) -> None:
-    """Print the KubeRay RayService manifest for the config."""
+    """Print the KubeRay RayService manifest for the config (default: production, the cluster one)."""
     from serving.k8s import render_yaml
 
+    if ctx.obj["config"] is None:  # the embedded default is a laptop stack, not a cluster
+        ctx.obj["config"] = "production"
     try:
         text = render_yaml(_config(ctx))
     except ValueError as exc:  # a config the cluster cannot run as such (e.g. ingress: direct)

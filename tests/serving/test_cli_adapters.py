@@ -50,3 +50,8 @@ def test_render_production():
     result = CliRunner().invoke(main, ["-c", "production", "render"])
     assert result.exit_code == 0 and "kind: RayService" in result.output
     assert CliRunner().invoke(main, ["-c", "nope", "render"]).exit_code == 2
+    # Without -c it renders the cluster config (the embedded default is not one), and says why
+    # when asked for the embedded one.
+    assert CliRunner().invoke(main, ["render"]).output == result.output
+    refused = CliRunner().invoke(main, ["-c", "embedded", "render"])
+    assert refused.exit_code == 2 and "ingress 'direct'" in refused.output
