@@ -31,7 +31,10 @@ from fastapi.exceptions import RequestValidationError
 from ray.llm._internal.serve.core.configs.openai_api_models import ChatCompletionRequest, OpenAIHTTPException
 from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS, OpenAiIngress
 from ray.llm._internal.serve.core.ingress.ingress import init as ray_ingress_app
+from ray.llm._internal.serve.core.ingress.middleware import _handle_validation_error, get_request_id
+from ray.llm._internal.serve.utils.server_utils import get_response_for_error
 from starlette.exceptions import HTTPException
+from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.responses import JSONResponse
 
 from serving.adapters import AdapterStore, check_name
@@ -95,12 +98,12 @@ class GatewayMiddleware:
         self.api_keys_env = api_keys_env
         self.max_body_bytes = max_body_bytes
 
-    def _authorized(self, scope) -> bool:
+    def _authorized(self, scope, headers: dict[bytes, bytes]) -> bool:
         if not self.api_keys_env or scope["path"] in OPEN_PATHS:
             return True
         # Read per request: keys rotate with the secret; an unset variable rejects everything.
         keys = [k.strip() for k in os.environ.get(self.api_keys_env, "").split(",") if k.strip()]
-        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        header = headers.get(b"authorization", b"").decode("latin-1")
         scheme, _, token = header.partition(" ")
         return scheme.lower() == "bearer" and any(hmac.compare_digest(token.strip(), k) for k in keys)
 
@@ -125,8 +128,9 @@ class GatewayMiddleware:
             return message
 
         try:
-            length = dict(scope["headers"]).get(b"content-length")
-            if not self._authorized(scope):
+            headers = dict(scope["headers"])  # built once: auth and the length check both read it
+            length = headers.get(b"content-length")
+            if not self._authorized(scope, headers):
                 raise Unauthorized("missing or invalid API key (send 'Authorization: Bearer <key>')")
             if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
                 raise RequestTooLarge(f"request body of {int(length)} bytes exceeds the limit of {self.max_body_bytes}")
@@ -148,6 +152,56 @@ async def _send_json(send, status: int, body: dict) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
+class ApplicationErrorMiddleware:
+    """Pure-ASGI stand-in for Ray Serve LLM's ``BaseHTTPMiddleware(_handle_application_exceptions)``.
+
+    Same behaviour (an exception the handlers did not turn into a response becomes Ray's JSON
+    error, a validation error its 400, cancellation propagates), without ``BaseHTTPMiddleware``'s
+    per-request cost: an anyio task group, a memory stream the response body is copied through and
+    a second response object. The profile of the embedded replica showed that as its largest
+    middleware cost (docs/benchmarks.md).
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracked_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked_send)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if started:  # too late for an error response: let the server close the connection
+                raise
+            request = Request(scope, receive)
+            if isinstance(exc, RequestValidationError):
+                response = await _handle_validation_error(request, exc)
+            else:
+                error = get_response_for_error(exc, get_request_id(request))
+                response = JSONResponse(content=error.model_dump(), status_code=error.error.code)
+            await response(scope, receive, send)
+
+
+def _replace_application_error_middleware(app: FastAPI) -> None:
+    """Swap Ray's ``BaseHTTPMiddleware`` error wrapper for :class:`ApplicationErrorMiddleware`
+    (same place in the stack). If a Ray version adds none, the app is left as it is."""
+    for i, m in enumerate(app.user_middleware):
+        dispatch = getattr(m.kwargs.get("dispatch"), "__name__", "")
+        if m.cls is BaseHTTPMiddleware and dispatch == "_handle_application_exceptions":
+            app.user_middleware[i] = type(m)(ApplicationErrorMiddleware)
+            return
+    log.warning("Ray's application error middleware not found; the ingress app keeps its middleware as is")
+
+
 # -- the app ------------------------------------------------------------------------------------
 def load_router(path: str) -> APIRouter:
     """Import ``module:attr`` and check it is an APIRouter (extensions are imported dynamically,
@@ -162,6 +216,7 @@ def load_router(path: str) -> APIRouter:
 def create_app(cfg: ServingConfig) -> FastAPI:
     """Ray's ingress FastAPI app plus the gateway's error handler, middleware and extensions."""
     app = ray_ingress_app()
+    _replace_application_error_middleware(app)
     for exc_cls in (ServingError, OpenAIHTTPException, HTTPException, RequestValidationError):
         app.add_exception_handler(exc_cls, openai_error_handler)
     for path in cfg.extensions:
