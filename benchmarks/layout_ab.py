@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import cpu_account  # noqa: E402
-from benchmarks.gateway_bench import maze_png_url, run_load, start_gateway, start_vllm, stop_vllm  # noqa: E402
-from tests.serving.stack import dev_assets  # noqa: E402
+from benchmarks import cpu_account
+from benchmarks.gateway_bench import maze_png_url, run_load, start_gateway, start_vllm, stop_vllm
+from tests.serving.stack import dev_assets
 
 log = logging.getLogger("layout_ab")
 # Gateway targets: (layout, ingress) of the serving config.
@@ -78,7 +78,9 @@ def summary(runs: list[dict]) -> dict:
         rs = [r[target] for r in runs if target in r]
         if not rs:
             continue
-        med = lambda key, field: round(statistics.median(r[key][field] for r in rs), 4)  # noqa: E731
+        def med(key: str, field: str, rs: list[dict] = rs) -> float:
+            return round(statistics.median(r[key][field] for r in rs), 4)
+
         out[target] = {"c1_p50_s": med("c1", "p50_s"), "c1_p95_s": med("c1", "p95_s"),
                        "c8_throughput_rps": med("c8", "throughput_rps"), "c8_p50_s": med("c8", "p50_s"),
                        "c1_machine_cpu_ms_per_request": med("c1", "machine_cpu_ms_per_request")}

@@ -28,7 +28,7 @@ def test_push_list_rm_with_exit_codes(s3_server, tmp_path):
     from serving.config import ServingConfig
 
     AdapterStore(ServingConfig.from_file(cfg).adapters).ensure_bucket()
-    run = lambda *a: CliRunner().invoke(main, ["-c", cfg, *a])  # noqa: E731
+    run = lambda *a: CliRunner().invoke(main, ["-c", cfg, *a])
     ok = run("adapters", "push", str(make_adapter(tmp_path / "a")), "maze-grpo")
     assert ok.exit_code == 0 and "published maze-tiny:maze-grpo version" in ok.output
     assert run("adapters", "push", str(make_adapter(tmp_path / "b", seed=3)), "maze-grpo").exit_code == 4
