@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from agent.records import EpisodeRecord, StopReason
 from training.demos import read_profile
 from training.hf_policy import evaluate_hf, load_model
 
@@ -29,17 +30,17 @@ log = logging.getLogger("training.score")
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 
 
-def failure_modes(records: list, tail: int = 5) -> dict:
+def failure_modes(records: list[EpisodeRecord], tail: int = 5) -> dict:
     """How the episodes went wrong: failures that end stuck (the last ``tail`` turns all bumped
     into a wall: greedy decoding at an unchanged state repeats itself) and the share of wall bumps."""
     failed = [r for r in records if not r.success]
     stuck = [r for r in failed if len(r.turns) >= tail and all(t.feedback_code == "HIT_WALL" for t in r.turns[-tail:])]
-    turns = [t for r in records for t in r.turns]
+    turns = sum(len(r.turns) for r in records)
     return {
         "failed": len(failed),
         "failed_stuck_at_wall": len(stuck),
-        "failed_turn_limit": sum(r.stop_reason == "turn_limit" for r in failed),
-        "wall_bump_share": round(sum(t.feedback_code == "HIT_WALL" for t in turns) / max(1, len(turns)), 3),
+        "failed_turn_limit": sum(r.stop_reason == StopReason.TURN_LIMIT for r in failed),
+        "wall_bump_share": round(sum(r.wall_bumps for r in records) / max(1, turns), 3),
     }
 
 
