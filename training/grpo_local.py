@@ -245,6 +245,8 @@ def try_resume(cfg: GRPOConfig, model, opt, np_rng) -> tuple[int, list[dict]]:
     d = Path(cfg.ckpt_path) / f"global_step_{step}"
     load_adapter_weights(model, d / "policy" / "lora_adapter")
     opt.load_state_dict(torch.load(d / "policy" / "optimizer.pt", map_location="cpu"))
+    for group in opt.param_groups:  # the config's lr/eps win over the saved ones (resume with a new lr)
+        group["lr"], group["eps"] = cfg.lr, cfg.adam_eps
     state = torch.load(d / "trainer_state.pt", weights_only=False)
     np_rng.bit_generator.state = state["np_rng"]
     torch.set_rng_state(state["torch_rng"])

@@ -15,7 +15,13 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def curves(sft_metrics: Path, grpo_metrics: Path, selected_step: int | None = None, grpo_step: int | None = None) -> dict:
+def _evals(rows: list[dict]) -> list[dict]:
+    return [{"global_step": r["global_step"], "pass_at_1": r["eval/all/pass_at_1"]} for r in rows if "eval/all/pass_at_1" in r]
+
+
+def curves(sft_metrics: Path, grpo_metrics: Path, selected_step: int | None = None, grpo_step: int | None = None,
+           grpo_extra: dict[str, Path] | None = None) -> dict:
+    """The numbers behind the plot; ``grpo_extra`` adds the greedy evals of other GRPO runs (variants)."""
     sft = _rows(sft_metrics)
     grpo = _rows(grpo_metrics)
     return {
@@ -31,8 +37,8 @@ def curves(sft_metrics: Path, grpo_metrics: Path, selected_step: int | None = No
             "train": [{"global_step": r["global_step"], "reward_mean": r.get("reward/mean"),
                        "avg_turns": r.get("episode/avg_turns"), "step_s": r.get("timing/step_s")}
                       for r in grpo if "reward/mean" in r],
-            "eval": [{"global_step": r["global_step"], "pass_at_1": r["eval/all/pass_at_1"]}
-                     for r in grpo if "eval/all/pass_at_1" in r],
+            "eval": _evals(grpo),
+            "variants": {name: _evals(_rows(path)) for name, path in (grpo_extra or {}).items()},
         },
     }
 
@@ -70,6 +76,8 @@ def plot(data: dict, png: Path) -> None:
     gt, ge = data["grpo"]["train"], data["grpo"]["eval"]
     ax.plot([r["global_step"] for r in gt], [r["reward_mean"] for r in gt], label="train reward (sampled episodes)")
     ax.plot([r["global_step"] for r in ge], [r["pass_at_1"] for r in ge], "o-", label="greedy pass@1, seeds 0..63")
+    for name, rows in data["grpo"].get("variants", {}).items():
+        ax.plot([r["global_step"] for r in rows], [r["pass_at_1"] for r in rows], ".--", lw=1, label=f"pass@1, {name}")
     _star(ax, ge, "global_step", data["grpo"]["selected_step"], "global_step", "pass_at_1", "maze-grpo")
     ax.axhline(0.95, color="g", ls="--", lw=1, label="95% target")
     ax.set_xlabel("GRPO step")
@@ -86,10 +94,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--grpo", type=Path, required=True)
     parser.add_argument("--sft-step", type=int)
     parser.add_argument("--grpo-step", type=int)
+    parser.add_argument("--grpo-extra", action="append", default=[], metavar="NAME=METRICS",
+                        help="another GRPO run's metrics.jsonl to overlay (repeatable)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    data = curves(args.sft, args.grpo, args.sft_step, args.grpo_step)
+    extra = dict(item.split("=", 1) for item in args.grpo_extra)
+    data = curves(args.sft, args.grpo, args.sft_step, args.grpo_step, {k: Path(v) for k, v in extra.items()})
     (args.out / "training_curves.json").write_text(json.dumps(data, indent=1) + "\n")
     plot(data, args.out / "training_curves.png")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU pipeline as run on the device machine (one H200): install the carried wheels, build the
 # initial model, check the fast path, train SFT, then GRPO. Stages: check sft grpo (any subset).
-# Results go to runs/; the caller copies what it needs from there.
+# Results go to runs/; the caller copies what it needs from there. SFT_ARGS adds flags to the SFT run.
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -12,7 +12,7 @@ mkdir -p runs
 for stage in "$@"; do
   case "$stage" in
     check) python3 -m training.gpu_check runs/init 2>&1 | grep -v Warning ;;
-    sft) python3 -m training.sft --config training/configs/sft.yaml --init runs/init --out runs/sft 2>&1 | grep -v Warning | tee runs/sft.log ;;
+    sft) python3 -m training.sft --config training/configs/sft.yaml --init runs/init --out runs/sft ${SFT_ARGS:-} 2>&1 | grep -v Warning | tee runs/sft.log ;;
     grpo)
       # Several variants at once (one small model leaves the GPU mostly idle). GRPO_RUNS is a
       # ';'-separated list of "name flags..."; by default one run per learning rate in GRPO_LRS.

@@ -4,9 +4,11 @@ Demonstrations (:mod:`training.demos`) are drawn on the fly in DataLoader worker
 and frame ids; the batched forward of :mod:`training.fastpath` trains the whole model (vision
 tower included). Every ``eval_every`` steps the closed-loop greedy solve rate on the fixed seeds
 is measured with the fast batched rollout; when that rate is in the target band the checkpoint
-is re-measured through the real runner with an HF policy (:mod:`training.hf_policy`) and saved
-as a complete model folder if the runner's rate is in the band too. The in-band checkpoint
-closest to ``target_rate`` is copied to ``{out_dir}/selected``.
+is saved as a complete model folder (optionally after re-measuring it through the real runner
+with an HF policy, :mod:`training.hf_policy`, and only if that rate is in the band too). The run
+stops at ``stop_rate`` (the take-off) or when it leaves the band upwards; the in-band checkpoint
+closest to ``target_rate``, or the last one saved (``select: last``, the rising edge of the
+take-off: the shipped base), is copied to ``{out_dir}/selected``.
 
 Usage::
 
@@ -26,6 +28,7 @@ import random
 import shutil
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -63,6 +66,11 @@ class SFTConfig(BaseModel):
     band: tuple[float, float] = Field((0.35, 0.55), description="solve-rate band for the SFT base")
     target_rate: float = Field(0.4375, description="pick the in-band checkpoint closest to this")
     stop_above_band: bool = Field(True, description="stop once the runner-measured rate is above the band")
+    stop_rate: float | None = Field(
+        None, description="stop once the fast greedy rate reaches this (the take-off); None: stop_above_band decides")
+    select: Literal["closest", "last"] = Field(
+        "closest", description="in-band checkpoint to select: closest to target_rate, or the last one saved "
+        "(with stop_rate, the one on the rising edge of the take-off)")
     confirm_with_runner: bool = Field(True, description="re-measure in-band checkpoints with the real runner")
     resume: bool = Field(False, description="continue from {out_dir}/last_state.pt if present")
     num_workers: int = Field(8, ge=0)
@@ -221,16 +229,17 @@ def train(cfg: SFTConfig) -> dict:
             rec = {"kind": "eval", "step": step, "samples": samples, "elapsed_s": round(elapsed, 2),
                    "solve_rate_fast": rate, "eval_s": round(time.perf_counter() - te, 2)}
             lo, hi = cfg.band
-            runner_rate = None
-            if cfg.confirm_with_runner and lo <= rate <= hi + 0.05 or (not cfg.confirm_with_runner and lo <= rate <= hi):
-                runner_rate = rate
+            hi_check = hi + 0.05 if cfg.confirm_with_runner else hi
+            if lo <= rate <= hi_check:
+                checked = rate  # the rate a checkpoint is judged by: the runner's when it is asked
                 if cfg.confirm_with_runner:
-                    runner_rate, _ = evaluate_hf(model, processor, range(cfg.eval_seeds), cfg.demo.history,
-                                                 cfg.eval_max_turns, label=f"sft-step{step}")
-                rec["solve_rate_runner"] = runner_rate
-                if lo <= runner_rate <= hi:
-                    meta = {"step": step, "samples": samples, "solve_rate_runner": runner_rate,
-                            "solve_rate_fast": rate, "train_seconds": round(elapsed, 1), "seed": cfg.seed}
+                    checked, _ = evaluate_hf(model, processor, range(cfg.eval_seeds), cfg.demo.history,
+                                             cfg.eval_max_turns, label=f"sft-step{step}")
+                    rec["solve_rate_runner"] = checked
+                if lo <= checked <= hi:
+                    meta = {"step": step, "samples": samples, "solve_rate": checked, "solve_rate_fast": rate,
+                            "solve_rate_runner": rec.get("solve_rate_runner"), "train_seconds": round(elapsed, 1),
+                            "seed": cfg.seed}
                     path = save_model_folder(model, cfg.init_dir, out / "checkpoints" / f"step_{step}", meta)
                     saved.append({**meta, "path": str(path)})
             model.train()
@@ -243,6 +252,9 @@ def train(cfg: SFTConfig) -> dict:
                 done = True
             if cfg.stop_above_band and rate > cfg.band[1] + 0.1:
                 done = True
+            if cfg.stop_rate is not None and rate >= cfg.stop_rate:
+                log.info("solve rate %.3f reached stop_rate %.3f: stopping", rate, cfg.stop_rate)
+                done = True
         if done:
             break
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step,
@@ -250,7 +262,8 @@ def train(cfg: SFTConfig) -> dict:
     summary = {"steps": step, "samples": samples, "train_seconds": round(time.perf_counter() - t_train, 1),
                "last_fast_rate": rate, "saved": saved, "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
     if saved:
-        best = min(saved, key=lambda s: abs(s["solve_rate_runner"] - cfg.target_rate))
+        best = saved[-1] if cfg.select == "last" else min(
+            saved, key=lambda s: abs(s["solve_rate"] - cfg.target_rate))
         sel = out / "selected"
         if sel.exists():
             shutil.rmtree(sel)
@@ -273,9 +286,11 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("seed", "batch_size", "max_steps", "eval_every", "eval_every_near", "eval_seeds", "num_workers",
                  "log_every", "warmup_steps"):
         parser.add_argument("--" + name.replace("_", "-"), type=int)
-    for name in ("lr", "max_minutes"):
+    for name in ("lr", "max_minutes", "stop_rate"):
         parser.add_argument("--" + name.replace("_", "-"), type=float)
     parser.add_argument("--device")
+    parser.add_argument("--select", choices=["closest", "last"])
+    parser.add_argument("--no-stop-above-band", dest="stop_above_band", action="store_false", default=None)
     parser.add_argument("--resume", action="store_true", default=None)
     parser.add_argument("--no-runner-confirm", dest="confirm_with_runner", action="store_false", default=None)
     train(load_with_overrides(SFTConfig, vars(parser.parse_args(argv))))
