@@ -29,8 +29,12 @@ from benchmarks.gateway_bench import maze_png_url, run_load, start_gateway, star
 from tests.serving.stack import dev_assets
 
 log = logging.getLogger("layout_ab")
-# Gateway targets: (layout, ingress) of the serving config.
-GATEWAYS = {"standard": ("standard", "proxy"), "colocated": ("colocated", "proxy"), "direct": ("colocated", "direct")}
+# Gateway targets: (layout, ingress) of the serving config, and extra environment for the Ray
+# processes (tried settings that are not config fields).
+GATEWAYS = {"standard": ("standard", "proxy", {}), "colocated": ("colocated", "proxy", {}),
+            "direct": ("colocated", "direct", {}),
+            # Ray Serve's own throughput preset (buffered access logs, no stderr logs, gRPC handles).
+            "direct-tput": ("colocated", "direct", {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"})}
 TARGETS = ("vllm", *GATEWAYS)
 
 
@@ -51,8 +55,14 @@ def measure(base_url: str, model: str, image: str, n1: int, n8: int, lora: str |
 def run_gateway(target: str, assets, image: str, n1: int, n8: int) -> dict:
     from serving import embedded
 
-    layout, ingress = GATEWAYS[target]
-    cfg, base_url, ready = start_gateway(assets, f"maze-ab-{target}", layout, ingress)
+    layout, ingress, env = GATEWAYS[target]
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # ray start inherits it (serving.embedded)
+    try:
+        cfg, base_url, ready = start_gateway(assets, f"maze-ab-{target}", layout, ingress)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     base = cfg.base_models[0].id
     try:
         out = measure(base_url, base, image, n1, n8, f"{base}:{next(iter(assets.shipped))}")
