@@ -25,15 +25,20 @@ pytestmark = pytest.mark.slow
 
 
 def test_sft_smoke(tmp_path):
-    cfg = SFTConfig(init_dir=str(TINY), out_dir=str(tmp_path / "sft"), batch_size=4, max_steps=2, eval_every=2,
-                    eval_seeds=1, eval_max_turns=2, num_workers=0, log_every=1, band=(0.0, 1.0),
-                    confirm_with_runner=False, stop_above_band=False)
-    summary = sft_train(cfg)
+    kw = {"init_dir": str(TINY), "batch_size": 4, "eval_every": 1, "eval_every_near": 1, "eval_seeds": 1,
+          "eval_max_turns": 2, "num_workers": 0, "log_every": 1, "band": (0.0, 1.0), "confirm_with_runner": False,
+          "stop_above_band": False}
+    summary = sft_train(SFTConfig(out_dir=str(tmp_path / "sft"), max_steps=2, select="last", **kw))
     assert summary["steps"] == 2
     metrics = [json.loads(x) for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     assert {m["kind"] for m in metrics} == {"train", "eval"}
-    sel = tmp_path / "sft" / "selected"  # band (0, 1): the eval checkpoint is saved and selected
+    # band (0, 1): both evaluated checkpoints are saved; select=last takes the later one
+    assert [s["step"] for s in summary["saved"]] == [1, 2]
+    sel = tmp_path / "sft" / "selected"
     assert (sel / "model.safetensors").is_file() and (sel / "agent_profile.json").is_file()
+    assert json.loads((sel / "training_meta.json").read_text())["step"] == 2
+    # stop_rate 0: the first evaluation reaches it, so the run stops there
+    assert sft_train(SFTConfig(out_dir=str(tmp_path / "stop"), max_steps=5, stop_rate=0.0, **kw))["steps"] == 1
 
 
 def test_grpo_smoke_and_resume(tmp_path):
