@@ -1,0 +1,225 @@
+"""Gateway vs plain vLLM with both up at once, measured in alternating blocks (a paired A/B).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/paired_ab.py [--blocks 30] [--variants direct,direct-tput]
+
+Back-to-back runs on this 2-core VM drift by tens of percent from one minute to the next
+(docs/benchmarks.md), more than the gap being measured. Here the vLLM api_server and one gateway
+variant are up together and the measurement alternates between them in short blocks (a few
+seconds each, the side that goes first alternating), so drift hits both sides alike. Two idle
+vLLM engines side by side interfere (each engine's busy loop takes a core: the first try, which
+alternated single requests with both running, measured p95 ~1 s on both sides), so while one side
+is measured every process of the other side is stopped (SIGSTOP, SIGCONT after the block: the
+api_server with its engine; the embedded stack's whole ``ray start`` session).
+
+Figures per variant:
+
+* ``c1``: per block of ``--per-block`` requests at concurrency 1 (after 2 discarded warm-up
+  requests), the p50 of each side; ``p50_added_pct`` from the pooled latencies, the median of the
+  per-block-pair ratios (gateway p50 / vLLM p50) with a bootstrap 95% interval, and the same for
+  each half of the blocks (is it stable?);
+* ``c8``: throughput in alternating blocks of 64 requests at concurrency 8, median block ratio.
+
+The request is the gateway bench's (one-turn chat, one maze image, 8 tokens, ``ignore_eos``).
+A variant is a gateway target of ``benchmarks/layout_ab.py`` (layout, ingress, extra Ray env).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import signal
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import cpu_account
+from benchmarks.gateway_bench import maze_png_url, payload, run_load, start_gateway, start_vllm, stop_vllm
+from benchmarks.layout_ab import GATEWAYS
+from tests.serving.stack import dev_assets
+
+log = logging.getLogger("paired_ab")
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def _c1_figures(gw: list[list[float]], vl: list[list[float]]) -> dict:
+    """Figures from per-block latency lists of both sides (block i of each side forms pair i)."""
+    flat_gw, flat_vl = [x for b in gw for x in b], [x for b in vl for x in b]
+    ratios = [statistics.median(g) / statistics.median(v) for g, v in zip(gw, vl, strict=True)]
+    # 95% interval of the median block ratio: bootstrap over blocks (seeded, so reruns agree).
+    rng = random.Random(0)
+    boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+    return {"blocks": len(gw), "requests_per_side": len(flat_gw),
+            "median_block_ratio_ci95": [round(boot[50], 3), round(boot[1949], 3)],
+            "block_ratios": [round(r, 3) for r in ratios],
+            "vllm_p50_s": round(statistics.median(flat_vl), 4), "gateway_p50_s": round(statistics.median(flat_gw), 4),
+            "vllm_p95_s": round(_pct(flat_vl, 0.95), 4), "gateway_p95_s": round(_pct(flat_gw, 0.95), 4),
+            "p50_added_pct": round(100 * (statistics.median(flat_gw) / statistics.median(flat_vl) - 1), 1),
+            "median_block_ratio": round(statistics.median(ratios), 3)}
+
+
+class Side:
+    """One stack under test: its base URL and the engine processes to stop while the other runs."""
+
+    def __init__(self, url: str, pids: list[int]):
+        self.url, self.pids = url, pids
+
+    def pause(self) -> None:
+        for pid in self.pids:
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in self.pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and all its descendants (the plain vLLM api_server with its engine processes)."""
+    proc = psutil.Process(root)
+    return [proc.pid] + [c.pid for c in proc.children(recursive=True)]
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every process of session ``sid`` (the embedded stack's ``ray start``: Ray, Serve, the replica
+    and its engine), so a paused gateway leaves nothing of itself running, as a paused vLLM does."""
+    pids = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.pid != os.getpid():
+                pids.append(p.pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return pids
+
+
+async def _timed(client: httpx.AsyncClient, image: str) -> float:
+    t = time.perf_counter()
+    r = await client.post("/chat/completions", json=payload("maze-tiny", image))
+    r.raise_for_status()
+    return time.perf_counter() - t
+
+
+def alternate(sides: dict[str, Side], blocks: int, measure) -> dict[str, list]:
+    """``blocks`` x (``measure(side)`` on each side with the other paused), order alternating."""
+    out: dict[str, list] = {k: [] for k in sides}
+    for i in range(blocks):
+        for name in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
+            others = [s for k, s in sides.items() if k != name]
+            for s in others:
+                s.pause()
+            try:
+                out[name].append(measure(sides[name]))
+            finally:
+                for s in others:
+                    s.resume()
+    return out
+
+
+def paired_c1(sides: dict[str, Side], image: str, blocks: int, per_block: int) -> dict:
+    async def block(side: Side) -> list[float]:
+        async with httpx.AsyncClient(base_url=side.url, timeout=300) as client:
+            for _ in range(2):  # wake the engine and the connection
+                await _timed(client, image)
+            return [await _timed(client, image) for _ in range(per_block)]
+
+    lat = alternate(sides, blocks, lambda side: asyncio.run(block(side)))
+    half = blocks // 2
+    out = _c1_figures(lat["gateway"], lat["vllm"])
+    out["halves"] = [_c1_figures(lat["gateway"][:half], lat["vllm"][:half]),
+                     _c1_figures(lat["gateway"][half:], lat["vllm"][half:])]
+    return out
+
+
+def paired_c8(sides: dict[str, Side], image: str, blocks: int) -> dict:
+    def block(side: Side) -> float:
+        asyncio.run(run_load(side.url, ["maze-tiny"], 8, 8, image))  # wake up
+        return asyncio.run(run_load(side.url, ["maze-tiny"], 64, 8, image))["throughput_rps"]
+
+    rps = alternate(sides, blocks, block)
+    ratios = [g / v for g, v in zip(rps["gateway"], rps["vllm"], strict=True)]
+    return {"blocks": blocks, "vllm_rps": rps["vllm"], "gateway_rps": rps["gateway"],
+            "median_block_ratio": round(statistics.median(ratios), 3)}
+
+
+def idle_cpu(seconds: float = 10.0) -> float:
+    before, t = cpu_account.snapshot(), time.perf_counter()
+    time.sleep(seconds)
+    d = cpu_account.diff(before, cpu_account.snapshot(), time.perf_counter() - t)
+    return round(d["machine_busy_cpu_s"] / seconds, 3)
+
+
+def run_variant(variant: str, assets, vllm: Side, image: str, args) -> dict:
+    from serving import embedded
+
+    layout, ingress, env = GATEWAYS[variant]
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # ray start inherits it (serving.embedded)
+    vllm.pause()  # the gateway's start and its idle load are measured without the other engine
+    try:
+        _cfg, gw_url, ready = start_gateway(assets, f"maze-paired-{variant}", layout, ingress)
+        idle = idle_cpu()
+    finally:
+        vllm.resume()
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    try:
+        # Pauses last ~1-2 s, far below Ray's and Serve's health-check timeouts (10 s and more).
+        sides = {"vllm": vllm, "gateway": Side(gw_url, session_pids(os.getsid(embedded.read_state().ray_pid)))}
+        out = {"layout": layout, "ingress": ingress, "env": env, "time_to_ready_s": ready,
+               "idle_cpu_cores_gateway_alone": idle}
+        out["c1"] = paired_c1(sides, image, args.blocks, args.per_block)
+        log.info("%s c1: %s", variant, json.dumps(out["c1"]))
+        out["c8"] = paired_c8(sides, image, args.c8_blocks)
+        log.info("%s c8: %s", variant, json.dumps(out["c8"]))
+    finally:
+        embedded.down()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "paired_ab.json")
+    ap.add_argument("--blocks", type=int, default=30, help="block pairs at concurrency 1")
+    ap.add_argument("--per-block", type=int, default=10, help="measured requests per block at concurrency 1")
+    ap.add_argument("--c8-blocks", type=int, default=6, help="block pairs at concurrency 8")
+    ap.add_argument("--variants", default="direct", help=f"comma-separated, from {list(GATEWAYS)}")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    assets = dev_assets(n_extra=0)
+    image = maze_png_url()
+    proc, vl_url, logf = start_vllm(assets.base_dir)
+    vllm = Side(vl_url, tree_pids(proc.pid))
+    results: dict = {"blocks": args.blocks, "per_block": args.per_block, "c8_blocks": args.c8_blocks, "variants": {}}
+    try:
+        results["idle_cpu_cores_vllm_alone"] = idle_cpu()
+        for variant in args.variants.split(","):
+            results["variants"][variant] = run_variant(variant, assets, vllm, image, args)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
+    finally:
+        stop_vllm(proc, logf)
+    summary = {v: {"c1_p50_added_pct": r["c1"]["p50_added_pct"], "c1_median_block_ratio": r["c1"]["median_block_ratio"],
+                   "c8_median_block_ratio": r["c8"]["median_block_ratio"]} for v, r in results["variants"].items()}
+    results["summary"] = summary
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    log.info("summary %s", json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
