@@ -107,16 +107,29 @@ def latency_suite(base_url: str, model: str, image: str, quick: bool) -> dict:
     return out
 
 
+def session_procs(sids: list[int]) -> list:
+    """Every live process (``psutil.Process``) in the given sessions, this one excluded."""
+    import psutil
+
+    procs = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) in sids and proc.pid != os.getpid():
+                procs.append(proc)
+        except OSError:  # gone, or not ours to ask
+            continue
+    return procs
+
+
 def session_memory_gb(sids: list[int]) -> dict:
     """RSS and PSS (shared pages counted once) of every process in the given sessions."""
     import psutil
 
     rss = pss = 0
-    for proc in psutil.process_iter():
+    for proc in session_procs(sids):
         try:
-            if os.getsid(proc.pid) in sids:
-                info = proc.memory_full_info()
-                rss, pss = rss + info.rss, pss + info.pss
+            info = proc.memory_full_info()
+            rss, pss = rss + info.rss, pss + info.pss
         except (psutil.Error, OSError):
             continue
     return {"rss_gb": round(rss / 2**30, 2), "pss_gb": round(pss / 2**30, 2)}
@@ -146,17 +159,29 @@ def background_load(exclude_sids: list[int]) -> dict:
     return {"loadavg_1m": round(os.getloadavg()[0], 2), "foreign_cpu_hogs": hogs}
 
 
-def start_gateway(assets, name: str, layout: str | None = None, ingress: str | None = None):
+def start_gateway(assets, name: str, layout: str | None = None, ingress: str | None = None,
+                  env: dict[str, str] | None = None):
     """The embedded stack (fresh ``MAZE_HOME``, 8 adapters per replica) in ``layout`` with ``ingress``
-    (default: the embedded config's), once ready: (config, base_url, seconds to ready).
-    Stop it with ``serving.embedded.down()``."""
+    (default: the embedded config's), once ready: (config, base_url, seconds to ready). ``env``
+    reaches the Ray processes only (``ray start`` inherits this process's environment, which is
+    restored afterwards). Stop it with ``serving.embedded.down()``."""
     from serving import embedded
 
     os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix=f"{name}-")
     cfg = stack_config(assets.base_dir, name=name, resolve_ttl_s=5.0, adapters_per_replica=8, layout=layout,
                        ingress=ingress)
+    env = env or {}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     t0 = time.monotonic()
-    base_url = embedded.up(cfg, adapters=assets.shipped)
+    try:
+        base_url = embedded.up(cfg, adapters=assets.shipped)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
     return cfg, base_url, round(time.monotonic() - t0, 1)
 
 

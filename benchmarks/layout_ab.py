@@ -56,13 +56,7 @@ def run_gateway(target: str, assets, image: str, n1: int, n8: int) -> dict:
     from serving import embedded
 
     layout, ingress, env = GATEWAYS[target]
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # ray start inherits it (serving.embedded)
-    try:
-        cfg, base_url, ready = start_gateway(assets, f"maze-ab-{target}", layout, ingress)
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    cfg, base_url, ready = start_gateway(assets, f"maze-ab-{target}", layout, ingress, env)
     base = cfg.base_models[0].id
     try:
         out = measure(base_url, base, image, n1, n8, f"{base}:{next(iter(assets.shipped))}")

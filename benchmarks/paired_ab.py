@@ -44,7 +44,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import cpu_account
-from benchmarks.gateway_bench import maze_png_url, payload, run_load, start_gateway, start_vllm, stop_vllm
+from benchmarks.gateway_bench import (
+    maze_png_url,
+    payload,
+    run_load,
+    session_procs,
+    start_gateway,
+    start_vllm,
+    stop_vllm,
+)
 from benchmarks.layout_ab import GATEWAYS
 from tests.serving.stack import dev_assets
 
@@ -73,7 +81,7 @@ def _c1_figures(gw: list[list[float]], vl: list[list[float]]) -> dict:
 
 
 class Side:
-    """One stack under test: its base URL and the engine processes to stop while the other runs."""
+    """One stack under test: its base URL and the processes to stop while the other side runs."""
 
     def __init__(self, url: str, pids: list[int]):
         self.url, self.pids = url, pids
@@ -96,14 +104,7 @@ def tree_pids(root: int) -> list[int]:
 def session_pids(sid: int) -> list[int]:
     """Every process of session ``sid`` (the embedded stack's ``ray start``: Ray, Serve, the replica
     and its engine), so a paused gateway leaves nothing of itself running, as a paused vLLM does."""
-    pids = []
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == sid and p.pid != os.getpid():
-                pids.append(p.pid)
-        except (ProcessLookupError, PermissionError):
-            continue
-    return pids
+    return [p.pid for p in session_procs([sid])]
 
 
 async def _timed(client: httpx.AsyncClient, image: str) -> float:
@@ -166,16 +167,12 @@ def run_variant(variant: str, assets, vllm: Side, image: str, args) -> dict:
     from serving import embedded
 
     layout, ingress, env = GATEWAYS[variant]
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # ray start inherits it (serving.embedded)
     vllm.pause()  # the gateway's start and its idle load are measured without the other engine
     try:
-        _cfg, gw_url, ready = start_gateway(assets, f"maze-paired-{variant}", layout, ingress)
+        _cfg, gw_url, ready = start_gateway(assets, f"maze-paired-{variant}", layout, ingress, env)
         idle = idle_cpu()
     finally:
         vllm.resume()
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     try:
         # Pauses last ~1-2 s, far below Ray's and Serve's health-check timeouts (10 s and more).
         sides = {"vllm": vllm, "gateway": Side(gw_url, session_pids(os.getsid(embedded.read_state().ray_pid)))}
