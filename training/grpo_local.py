@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent.mazes import generate, generate_from_seed
 from training.config_file import load_with_overrides
@@ -56,6 +56,12 @@ class GRPOConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    @model_validator(mode="after")
+    def _greedy_fits(self) -> GRPOConfig:
+        if self.greedy_samples_per_prompt >= self.n_samples_per_prompt:
+            raise ValueError("greedy_samples_per_prompt must be below n_samples_per_prompt (a group needs sampled members)")
+        return self
+
     model_path: str = Field(description="SFT base model folder (policy.model.path)")
     init_adapter: str | None = Field(
         None, description="adapter folder to start from instead of a zero LoRA (continues an earlier "
@@ -64,6 +70,10 @@ class GRPOConfig(BaseModel):
     export_path: str = Field(description="adapter exports and dumped evals (trainer.export_path)")
     seed: int = Field(42)
     n_samples_per_prompt: int = Field(8, ge=2, description="episodes per maze (the GRPO group)")
+    greedy_samples_per_prompt: int = Field(
+        0, ge=0, description="members of each group decoded greedily (not a SkyRL setting). Greedy "
+        "evaluation fails mostly by repeating a move into a wall, a state sampled rollouts rarely reach; "
+        "a greedy member brings that state into the group, with the sampling distribution's log-probs")
     train_batch_size: int = Field(32, ge=1, description="mazes per step")
     policy_mini_batch_size: int = Field(32, ge=1, description="mazes per optimizer step")
     micro_batch_size: int = Field(1024, ge=1, description="turn samples per forward/backward")
@@ -305,14 +315,17 @@ def train(cfg: GRPOConfig) -> dict:
         t0 = time.perf_counter()
         layouts = [generate(7, 7, np_rng) for _ in range(cfg.train_batch_size)]
         group = [lay for lay in layouts for _ in range(cfg.n_samples_per_prompt)]
+        greedy = [i % cfg.n_samples_per_prompt < cfg.greedy_samples_per_prompt for i in range(len(group))]
         model.eval()
-        eps: list[Episode] = play(fast, bank, codec, catalog, group, settings, generator=gen, device=device)
+        eps: list[Episode] = play(fast, bank, codec, catalog, group, settings, generator=gen, device=device, greedy=greedy)
         model.train()
         t_roll = time.perf_counter() - t0
         rewards = np.array([e.reward for e in eps])
         adv = group_advantages(rewards, cfg.n_samples_per_prompt)
         m = {"reward/mean": float(rewards.mean()), "episode/avg_turns": float(np.mean([len(e.turns) for e in eps])),
              "timing/rollout_s": round(t_roll, 2)}
+        if cfg.greedy_samples_per_prompt:  # greedy on fresh random mazes: a less noisy view than the 64 eval seeds
+            m["reward/greedy_mean"] = float(np.mean([e.reward for e in eps if e.greedy]))
         stats = {"loss": 0.0, "clip_frac": 0.0, "ratio": 0.0, "kl": 0.0}
         per_mini = cfg.policy_mini_batch_size * cfg.n_samples_per_prompt
         updates = 0

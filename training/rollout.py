@@ -47,6 +47,7 @@ class Episode:
     turns: list[Turn] = field(default_factory=list)
     done: bool = False
     success: bool = False
+    greedy: bool = False  # decoded greedily inside a sampled batch (a GRPO group's greedy member)
 
     @property
     def reward(self) -> float:
@@ -65,8 +66,13 @@ class RolloutSettings:
 @torch.no_grad()
 def sample_replies(fast: FastQwen3VL, bank: FrameBank, prompts: list[EncodedPrompt], frames: list[list[int]],
                    eos_id: int, settings: RolloutSettings, generator: torch.Generator | None,
-                   device: torch.device, banned: list[int] = ()) -> tuple[list[list[int]], list[list[float]]]:
-    """Sample (or greedily pick) reply tokens for a batch of prompts; no KV cache (replies are short)."""
+                   device: torch.device, banned: list[int] = (),
+                   greedy_rows: list[bool] | None = None) -> tuple[list[list[int]], list[list[float]]]:
+    """Sample (or greedily pick) reply tokens for a batch of prompts; no KV cache (replies are short).
+
+    ``greedy_rows`` marks rows that take the argmax although the batch samples; their log-probs are
+    still those of the sampling distribution (at ``temperature``), which the GRPO loss uses.
+    """
     B = len(prompts)
     batch = collate(prompts, frames)
     K = settings.max_new_tokens
@@ -81,6 +87,9 @@ def sample_replies(fast: FastQwen3VL, bank: FrameBank, prompts: list[EncodedProm
     out_lp = torch.zeros(B, K, device=device)
     alive = torch.ones(B, dtype=torch.bool, device=device)
     n_gen = torch.zeros(B, dtype=torch.long, device=device)
+    argmax_rows = None
+    if greedy_rows is not None and any(greedy_rows) and settings.temperature > 0:
+        argmax_rows = torch.as_tensor(greedy_rows, dtype=torch.bool, device=device)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
         for k in range(K):
             h = fast.hidden(ids, pos, vis)
@@ -90,6 +99,8 @@ def sample_replies(fast: FastQwen3VL, bank: FrameBank, prompts: list[EncodedProm
             if settings.temperature > 0:
                 logp = torch.log_softmax(logits / settings.temperature, -1)
                 tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+                if argmax_rows is not None:
+                    tok = torch.where(argmax_rows, logits.argmax(-1), tok)
             else:
                 logp = torch.log_softmax(logits, -1)
                 tok = logits.argmax(-1)
@@ -108,15 +119,19 @@ def sample_replies(fast: FastQwen3VL, bank: FrameBank, prompts: list[EncodedProm
 
 def play(fast: FastQwen3VL, bank: FrameBank, codec: PromptCodec, catalog: FrameCatalog, layouts: list[MazeLayout],
          settings: RolloutSettings, generator: torch.Generator | None = None, device: torch.device | str = "cpu",
-         max_batch: int = 1024) -> list[Episode]:
-    """Play one episode per layout to the end; returns them with every turn's tokens."""
+         max_batch: int = 1024, greedy: list[bool] | None = None) -> list[Episode]:
+    """Play one episode per layout to the end; returns them with every turn's tokens.
+
+    ``greedy`` (one flag per layout) decodes those episodes greedily inside a sampled batch.
+    """
     device = torch.device(device)
     proto = get_protocol(settings.protocol)
     history = HistoryPolicy.parse(settings.history)
     episodes = []
-    for lay in layouts:
+    flags = greedy if greedy is not None else [False] * len(layouts)
+    for lay, g in zip(layouts, flags, strict=True):
         first = user_message(proto.initial_text(lay.height, lay.width), image_url=frame_url(catalog.row(lay.grid, lay.start, lay.goal)))
-        episodes.append(Episode(layout=lay, agent=lay.start, conversation=[first]))
+        episodes.append(Episode(layout=lay, agent=lay.start, conversation=[first], greedy=g))
     tok = codec.tokenizer
     for _ in range(settings.max_turns):
         live = [e for e in episodes if not e.done]
@@ -128,7 +143,7 @@ def play(fast: FastQwen3VL, bank: FrameBank, codec: PromptCodec, catalog: FrameC
             prompts = [codec.encode(s) for s in sel]
             frames = [frame_rows(s) for s in sel]
             toks, lps = sample_replies(fast, bank, prompts, frames, codec.eos_id, settings, generator, device,
-                                       banned=codec.banned_ids)
+                                       banned=codec.banned_ids, greedy_rows=[e.greedy for e in part])
             texts = tok.batch_decode(toks, skip_special_tokens=True)
             for e, p, f, t, lp, text in zip(part, prompts, frames, toks, lps, texts):
                 e.turns.append(Turn(p, f, t, lp))

@@ -87,3 +87,36 @@ def test_grpo_kl_loss_is_zero_on_the_base_and_positive_off_it():
     moved = policy_loss(fast, bank, items, cfg, device, pad, codec.banned_ids)["kl"]
     assert moved > 1e-4
 
+
+
+def test_greedy_member_of_a_sampled_group_replays_the_greedy_episode():
+    """A group's greedy member takes the argmax at every turn while its neighbours sample, and its
+    log-probs are those of the sampling distribution (what the PPO ratio is taken against)."""
+    device = torch.device("cpu")
+    cfg = GRPOConfig(model_path=str(TINY), ckpt_path="c", export_path="e")
+    model, processor = build_policy(cfg, device)
+    model.eval()
+    bank = FrameBank(FrameCatalog(7), processor.image_processor, device, dtype=torch.float32)
+    fast, codec, profile = FastQwen3VL(model, bank.grid_thw), make_codec(processor), read_profile(TINY)
+    layouts = [generate_from_seed(7, 7, s) for s in (3, 3, 5)]
+
+    def run(temperature: float, greedy=None):
+        settings = RolloutSettings(max_turns=4, temperature=temperature, max_new_tokens=8,
+                                   history=profile["history"], protocol=profile["protocol"])
+        return play(fast, bank, codec, bank.catalog, layouts, settings, generator=torch.Generator().manual_seed(0),
+                    device=device, greedy=greedy)
+
+    pure = run(0.0)
+    mixed = run(3.0, greedy=[True, False, True])
+    for g, p in ((mixed[0], pure[0]), (mixed[2], pure[2])):
+        assert g.greedy and g.conversation == p.conversation
+        # same tokens, but log-probs at T=3 are flatter than the T=1 ones greedy decoding records
+        assert [t.tokens for t in g.turns] == [t.tokens for t in p.turns]
+        assert sum(map(sum, (t.logprobs for t in g.turns))) < sum(map(sum, (t.logprobs for t in p.turns)))
+    assert not mixed[1].greedy
+    assert [t.tokens for t in mixed[1].turns] != [t.tokens for t in pure[1].turns]  # T=3 wanders off
+
+
+def test_grpo_config_needs_a_sampled_member_per_group():
+    with pytest.raises(ValueError, match="greedy_samples_per_prompt"):
+        GRPOConfig(model_path="m", ckpt_path="c", export_path="e", n_samples_per_prompt=2, greedy_samples_per_prompt=2)
