@@ -48,6 +48,7 @@ from training.sft import make_codec
 log = logging.getLogger("training.grpo_local")
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+VISION_LORA_TARGETS = ["qkv", "proj", "linear_fc1", "linear_fc2"]  # the tower's and its mergers' layers
 MARKER = "latest_ckpt_global_step.txt"
 
 
@@ -97,6 +98,9 @@ class GRPOConfig(BaseModel):
     max_generate_length: int = Field(12, ge=1, description="reply tokens per turn")
     lora_rank: int = Field(32, ge=1)
     lora_alpha: int = Field(32, ge=1)
+    lora_vision: bool = Field(
+        False, description="diagnostic only: LoRA on the vision tower too (vLLM serves LoRA on the language "
+        "model only, so such an adapter cannot ship); tells whether the frozen tower caps the policy")
     max_steps: int = Field(200, ge=1, description="training steps (trainer.total_training_steps)")
     max_minutes: float = Field(30.0, gt=0, description="wall-clock budget; stops after the step in flight")
     eval_interval: int = Field(5, ge=1)
@@ -139,7 +143,7 @@ def build_policy(cfg: GRPOConfig, device: torch.device):
         r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, bias="none",
         # Only the text model's projections: vision modules are named qkv/proj/linear_fc*, so
         # these names never match the tower (vLLM serves LoRA on the language model only).
-        target_modules=LORA_TARGETS,
+        target_modules=LORA_TARGETS + (VISION_LORA_TARGETS if cfg.lora_vision else []),
     )
     model = get_peft_model(base, lora).to(device)
     model.peft_config["default"].base_model_name_or_path = "maze-tiny"
@@ -193,11 +197,12 @@ def policy_loss(fast: FastQwen3VL, bank: FrameBank, items: list, cfg: GRPOConfig
         adv = torch.as_tensor([a for t, a, _ in part for _ in t.tokens], device=device, dtype=torch.float32)
         wt = torch.as_tensor([w for t, _, w in part for _ in t.tokens], device=device, dtype=torch.float32)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            vis = fast.vision(b["frames"], bank)  # the tower has no LoRA: shared with the reference
+            vis = fast.vision(b["frames"], bank)  # without lora_vision the tower is shared with the reference
             logits = fast.logits_at(fast.hidden(b["input_ids"], b["pos"], vis), b["tgt_index"])
             if cfg.use_kl_loss:
                 with torch.no_grad(), fast.model.disable_adapter():
-                    ref_logits = fast.logits_at(fast.hidden(b["input_ids"], b["pos"], vis), b["tgt_index"])
+                    ref_vis = fast.vision(b["frames"], bank) if cfg.lora_vision else vis
+                    ref_logits = fast.logits_at(fast.hidden(b["input_ids"], b["pos"], ref_vis), b["tgt_index"])
         logp = _token_logp(logits, b["tgt_ids"], banned, cfg.temperature)
         ratio = torch.exp(logp - old)
         clipped = ratio.clamp(1 - cfg.eps_clip_low, 1 + cfg.eps_clip_high)
