@@ -32,6 +32,7 @@ import json
 import logging
 import random
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,11 @@ class GRPOConfig(BaseModel):
         "evaluation fails mostly by repeating a move into a wall, a state sampled rollouts rarely reach; "
         "a greedy member brings that state into the group, with the sampling distribution's log-probs")
     train_batch_size: int = Field(32, ge=1, description="mazes per step")
+    hard_replay_fraction: float = Field(
+        0.0, ge=0, lt=1, description="share of each step's mazes replayed from recent ones whose group solved "
+        "at most half (not a SkyRL setting). A maze that needs a detour away from the goal is failed by "
+        "nearly every sample, so its group is all zeros and carries no advantage; replaying it gives "
+        "exploration more tries. The buffer is not checkpointed")
     policy_mini_batch_size: int = Field(32, ge=1, description="mazes per optimizer step")
     micro_batch_size: int = Field(1024, ge=1, description="turn samples per forward/backward")
     update_epochs_per_batch: int = Field(1, ge=1)
@@ -301,6 +307,7 @@ def train(cfg: GRPOConfig) -> dict:
     settings = RolloutSettings(max_turns=cfg.max_turns, temperature=cfg.temperature, max_new_tokens=cfg.max_generate_length,
                                history=profile["history"], protocol=profile["protocol"])
     metrics_f = (export / "metrics.jsonl").open("a")
+    hard: deque = deque(maxlen=4 * cfg.train_batch_size)  # mazes to replay (hard_replay_fraction)
     t_start = time.perf_counter()
 
     def do_eval(s: int) -> dict:
@@ -318,7 +325,9 @@ def train(cfg: GRPOConfig) -> dict:
     while step < cfg.max_steps and time.perf_counter() - t_start < cfg.max_minutes * 60:
         step += 1
         t0 = time.perf_counter()
-        layouts = [generate(7, 7, np_rng) for _ in range(cfg.train_batch_size)]
+        n_replay = min(len(hard), int(cfg.hard_replay_fraction * cfg.train_batch_size))
+        layouts = [hard.popleft() for _ in range(n_replay)]
+        layouts += [generate(7, 7, np_rng) for _ in range(cfg.train_batch_size - n_replay)]
         group = [lay for lay in layouts for _ in range(cfg.n_samples_per_prompt)]
         greedy = [i % cfg.n_samples_per_prompt < cfg.greedy_samples_per_prompt for i in range(len(group))]
         model.eval()
@@ -327,10 +336,15 @@ def train(cfg: GRPOConfig) -> dict:
         t_roll = time.perf_counter() - t0
         rewards = np.array([e.reward for e in eps])
         adv = group_advantages(rewards, cfg.n_samples_per_prompt)
-        m = {"reward/mean": float(rewards.mean()), "episode/avg_turns": float(np.mean([len(e.turns) for e in eps])),
+        group_means = rewards.reshape(-1, cfg.n_samples_per_prompt).mean(1)
+        hard.extend(lay for lay, g in zip(layouts, group_means) if g <= 0.5)
+        m = {"batch/replayed": n_replay, "batch/hard_groups": int((group_means <= 0.5).sum()),
+             "batch/zero_adv_groups": int((rewards.reshape(-1, cfg.n_samples_per_prompt).std(1) == 0).sum()),
+             "reward/mean": float(rewards.mean()), "episode/avg_turns": float(np.mean([len(e.turns) for e in eps])),
              "timing/rollout_s": round(t_roll, 2)}
         if cfg.greedy_samples_per_prompt:  # greedy on fresh random mazes: a less noisy view than the 64 eval seeds
-            m["reward/greedy_mean"] = float(np.mean([e.reward for e in eps if e.greedy]))
+            fresh = eps[n_replay * cfg.n_samples_per_prompt:]  # replayed hard mazes would bias it down
+            m["reward/greedy_mean"] = float(np.mean([e.reward for e in fresh if e.greedy])) if fresh else None
         stats = {"loss": 0.0, "clip_frac": 0.0, "ratio": 0.0, "kl": 0.0}
         per_mini = cfg.policy_mini_batch_size * cfg.n_samples_per_prompt
         updates = 0
