@@ -1,13 +1,15 @@
 """Training curves of the shipped models: JSON (the numbers) and one PNG (matplotlib).
 
 Usage: ``python -m training.plots --sft runs/sft/metrics.jsonl --grpo runs/grpo/export/metrics.jsonl
---out models/curves``.
+--out models/curves``; ``python -m training.plots variants DIR`` draws ``DIR/variants.png`` from the
+``*_metrics.jsonl`` of several GRPO runs (an ablation) in DIR.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -88,7 +90,44 @@ def plot(data: dict, png: Path) -> None:
     fig.savefig(png, dpi=100)
 
 
+def _rolling(values: list[float], k: int = 10) -> list[float]:
+    return [sum(values[max(0, i - k + 1) : i + 1]) / len(values[max(0, i - k + 1) : i + 1]) for i in range(len(values))]
+
+
+def plot_variants(folder: Path) -> Path:
+    """Greedy pass@1 on seeds 0..63 and greedy reward on the step's fresh random mazes (a
+    10-step rolling mean, where the run logged it) of every ``NAME_metrics.jsonl`` in ``folder``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4))
+    for path in sorted(folder.glob("*_metrics.jsonl")):
+        name, rows = path.name.removesuffix("_metrics.jsonl"), _rows(path)
+        ev = _evals(rows)
+        (line,) = a1.plot([r["global_step"] for r in ev], [r["pass_at_1"] for r in ev], "o-", ms=3, label=name)
+        gr = [r for r in rows if r.get("reward/greedy_mean") is not None]
+        if gr:
+            a2.plot([r["global_step"] for r in gr], _rolling([r["reward/greedy_mean"] for r in gr]),
+                    color=line.get_color(), label=name)
+    for ax, title in ((a1, "greedy pass@1, seeds 0..63"), (a2, "greedy reward, fresh random mazes (10-step mean)")):
+        ax.axhline(0.9, color="g", ls="--", lw=1, label="90%")
+        ax.set_xlabel("GRPO step of the run")
+        ax.set_ylim(0.4, 1)
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = folder / "variants.png"
+    fig.savefig(png, dpi=100)
+    return png
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    if argv[:1] == ["variants"]:
+        plot_variants(Path(argv[1]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--sft", type=Path, required=True)
     parser.add_argument("--grpo", type=Path, required=True)

@@ -1,0 +1,42 @@
+"""The GRPO diagnostics: detour counting (training.group_signal) and the ablation plot (training.plots)."""
+
+from __future__ import annotations
+
+import json
+
+from agent.mazes import MazeLayout, grid_from_rows
+from training.group_signal import detour_moves
+from training.plots import plot_variants
+
+# seed 30's maze, which maze-grpo fails greedily (it heads right into the dead end at (1, 3)):
+# the way from (1, 1) to (5, 5) climbs back up two rows in the middle
+DETOUR = ["#######",
+          "#...#.#",
+          "#.###.#",
+          "#.#...#",
+          "#.#.#.#",
+          "#...#.#",
+          "#######"]
+OPEN = ["#######",
+        "#.....#",
+        "#.....#",
+        "#.....#",
+        "#.....#",
+        "#.....#",
+        "#######"]
+
+
+def test_detour_moves_counts_moves_that_do_not_close_in_on_the_goal():
+    assert detour_moves(MazeLayout(grid_from_rows(OPEN), (1, 1), (5, 5))) == 0
+    # seed 30: start (1,1), goal (5,5); down to (5,1), right to (5,3), up to (3,3) [2 away], right
+    # to (3,5), down to (5,5)
+    assert detour_moves(MazeLayout(grid_from_rows(DETOUR), (1, 1), (5, 5))) == 2
+
+
+def test_plot_variants_draws_every_run_in_the_folder(tmp_path):
+    for name, rates in (("a", [0.5, 0.6]), ("b", [0.7, 0.8])):
+        rows = [{"global_step": 5 * i, "eval/all/pass_at_1": r} for i, r in enumerate(rates)]
+        rows += [{"global_step": i, "reward/mean": 0.5, "reward/greedy_mean": 0.6} for i in range(1, 6)]
+        (tmp_path / f"{name}_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    png = plot_variants(tmp_path)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -1,0 +1,105 @@
+"""How much GRPO signal each eval maze gives a policy: the diagnosis behind the GRPO plateau.
+
+For seeds 0..N-1 of ``maze_2d/simple`` it records the optimal path length, whether the optimal
+path needs a *detour* (a move that does not bring the agent closer to the goal in Manhattan
+distance), the greedy outcome, and how many of ``n`` sampled episodes at ``temperature`` solve it.
+A maze whose samples all fail (or all succeed) forms a GRPO group with zero advantage: it teaches
+nothing. Runs on the fast batched rollout (:mod:`training.rollout`), CPU or GPU.
+
+Usage::
+
+    python -m training.group_signal --adapter models/maze-grpo --n 8 --temperature 0.7 \
+        --json models/curves/group_signal.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from agent.mazes import MOVES, MazeLayout, generate_from_seed, shortest_path
+from training.demos import read_profile
+from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog
+from training.grpo_local import GRPOConfig, build_policy, load_adapter_weights
+from training.rollout import RolloutSettings, play
+from training.sft import make_codec
+
+log = logging.getLogger("training.group_signal")
+
+
+def detour_moves(layout: MazeLayout) -> int:
+    """Moves of the optimal path that do not reduce the Manhattan distance to the goal."""
+    (gr, gc), (r, c) = layout.goal, layout.start
+    count = 0
+    for d in shortest_path(layout.grid, layout.start, layout.goal):
+        nr, nc = r + MOVES[d][0], c + MOVES[d][1]
+        count += abs(nr - gr) + abs(nc - gc) >= abs(r - gr) + abs(c - gc)
+        r, c = nr, nc
+    return count
+
+
+def measure(model_path: str, adapter: str | None, seeds: int, n: int, temperature: float, device: str) -> dict:
+    dev = torch.device(device)
+    cfg = GRPOConfig(model_path=model_path, ckpt_path="-", export_path="-")
+    model, processor = build_policy(cfg, dev)
+    if adapter:
+        load_adapter_weights(model, Path(adapter))
+    model.eval()
+    bank = FrameBank(FrameCatalog(7), processor.image_processor, dev,
+                     dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    fast, codec, profile = FastQwen3VL(model, bank.grid_thw), make_codec(processor), read_profile(model_path)
+    layouts = [generate_from_seed(7, 7, s) for s in range(seeds)]
+
+    def run(t: float, copies: int, gen: torch.Generator | None) -> list[bool]:
+        settings = RolloutSettings(max_turns=15, temperature=t, max_new_tokens=8,
+                                   history=profile["history"], protocol=profile["protocol"])
+        eps = play(fast, bank, codec, bank.catalog, [lay for lay in layouts for _ in range(copies)], settings,
+                   generator=gen, device=dev)
+        return [e.success for e in eps]
+
+    t0 = time.perf_counter()
+    greedy = run(0.0, 1, None)
+    sampled = np.array(run(temperature, n, torch.Generator(device=dev).manual_seed(0))).reshape(seeds, n)
+    rows = [{"seed": s, "path_len": len(shortest_path(lay.grid, lay.start, lay.goal)), "detour_moves": detour_moves(lay),
+             "greedy_solved": bool(greedy[s]), "sampled_solved": int(sampled[s].sum())}
+            for s, lay in enumerate(layouts)]
+
+    def summary(sel: list[dict]) -> dict:
+        return {"mazes": len(sel), "greedy_solved": sum(r["greedy_solved"] for r in sel),
+                "sampled_rate": round(float(np.mean([r["sampled_solved"] / n for r in sel])), 4) if sel else None,
+                "groups_all_fail": sum(r["sampled_solved"] == 0 for r in sel),
+                "groups_all_solve": sum(r["sampled_solved"] == n for r in sel)}
+
+    return {"model": model_path, "adapter": adapter, "n_samples_per_prompt": n, "temperature": temperature,
+            "seconds": round(time.perf_counter() - t0, 1),
+            "direct": summary([r for r in rows if r["detour_moves"] == 0]),
+            "detour": summary([r for r in rows if r["detour_moves"] > 0]),
+            "greedy_failed": summary([r for r in rows if not r["greedy_solved"]]),
+            "mazes": rows}
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--model-path", default="models/maze-tiny")
+    p.add_argument("--adapter", default="models/maze-grpo", help="'' for the base alone")
+    p.add_argument("--seeds", type=int, default=64)
+    p.add_argument("--n", type=int, default=8, help="samples per maze (the GRPO group size)")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", help="write the result here")
+    a = p.parse_args(argv)
+    out = measure(a.model_path, a.adapter or None, a.seeds, a.n, a.temperature, a.device)
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+    log.info("%s", json.dumps({k: v for k, v in out.items() if k != "mazes"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
