@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import enum
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -102,7 +102,7 @@ class MazeEnv(gym.Env):
     * v1 (ENV_SPEC_VERSION "1"): first release, matching VisGym maze_2d.
     """
 
-    metadata = {"render_modes": ["rgb_array", "ansi"], "render_fps": 4}
+    metadata: ClassVar[dict] = {"render_modes": ["rgb_array", "ansi"], "render_fps": 4}
 
     def __init__(self, size: int = 7, render_mode: str | None = None):
         check_size(size, size)

@@ -116,14 +116,14 @@ async def run_episode_async(policy: Policy | Callable[..., Any], spec: EpisodeSp
         latency = time.perf_counter() - t0
         conversation.append(assistant_message(reply.text))
         action = proto.parse(reply.text)
-        turn = dict(
-            index=index,
-            reply=reply.text,
-            latency_s=latency,
-            prompt_tokens=reply.prompt_tokens,
-            completion_tokens=reply.completion_tokens,
-            retries=retries.turn_used,
-        )
+        turn = {
+            "index": index,
+            "reply": reply.text,
+            "latency_s": latency,
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "retries": retries.turn_used,
+        }
         if action is None:
             # The env is not stepped, but the turn counts.
             text = proto.parse_failure_text()

@@ -22,7 +22,7 @@ def code_version() -> str:
         pkg = "0+unknown"
     try:
         sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
+            ["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5, check=False
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         sha = ""

@@ -151,12 +151,12 @@ class Store:
     def add_episode(self, run_id: str, rec: EpisodeRecord) -> None:
         """Insert one episode in its own transaction (an errored row for the key is replaced)."""
         s = rec.summary()
-        row = dict(
-            run_id=run_id, seed=rec.seed, sample=rec.sample, success=rec.success, stop_reason=s["stop_reason"],
-            turns=s["turns"], reward=rec.reward, optimal_moves=rec.optimal_moves, path_efficiency=s["path_efficiency"],
-            invalid_actions=s["invalid_actions"], wall_bumps=s["wall_bumps"], tokens=s["total_tokens"],
-            latency_s=sum(t.latency_s for t in rec.turns), error=rec.error, trajectory=rec.model_dump_json(),
-        )
+        row = {
+            "run_id": run_id, "seed": rec.seed, "sample": rec.sample, "success": rec.success, "stop_reason": s["stop_reason"],
+            "turns": s["turns"], "reward": rec.reward, "optimal_moves": rec.optimal_moves, "path_efficiency": s["path_efficiency"],
+            "invalid_actions": s["invalid_actions"], "wall_bumps": s["wall_bumps"], "tokens": s["total_tokens"],
+            "latency_s": sum(t.latency_s for t in rec.turns), "error": rec.error, "trajectory": rec.model_dump_json(),
+        }
         with self.engine.begin() as conn:
             key = (episodes.c.run_id == run_id) & (episodes.c.seed == rec.seed) & (episodes.c.sample == rec.sample)
             conn.execute(delete(episodes).where(key & (episodes.c.stop_reason == "error")))

@@ -103,7 +103,7 @@ def _check_weights(path: Path, rank: int) -> None:
         with safe_open(str(path), framework="numpy") as fh:
             keys = list(fh.keys())
             shapes = {k: fh.get_slice(k).get_shape() for k in keys}
-    except Exception as exc:  # safetensors raises several types for corrupt files
+    except Exception as exc:  # noqa: BLE001 - safetensors raises several types for corrupt files
         raise AdapterInvalid(f"{WEIGHTS} does not load: {exc}") from None
     lora = [k for k in keys if "lora_A" in k or "lora_B" in k]
     if not lora:

@@ -44,7 +44,7 @@ def postgres_server():
     try:
         yield f"postgresql+psycopg://postgres@127.0.0.1:{port}"
     finally:
-        subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+        subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True, check=False)
         shutil.rmtree(root, ignore_errors=True)
 
 

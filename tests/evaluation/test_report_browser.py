@@ -29,7 +29,7 @@ def render(page: Path, tmp_path: Path) -> tuple[np.ndarray, list[str]]:
     proc = subprocess.run(
         [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / ('profile-' + page.stem)}", f"--screenshot={shot}",
          page.as_uri()],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=120, check=False,
     )
     console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
     assert shot.exists(), proc.stderr[-2000:]

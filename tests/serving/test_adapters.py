@@ -28,7 +28,7 @@ def test_push_resolve_list_remove(store, tmp_path):
     assert ref.version == content_version(a) and ref.rank == 8
     assert store.resolve("maze-grpo") == ref
     keys = sorted(o["Key"] for o in store.client.list_objects_v2(Bucket=store.bucket)["Contents"])
-    assert keys == [f"lora/_refs/maze-grpo.json", f"lora/maze-grpo@{ref.version}/adapter_config.json",
+    assert keys == ["lora/_refs/maze-grpo.json", f"lora/maze-grpo@{ref.version}/adapter_config.json",
                     f"lora/maze-grpo@{ref.version}/adapter_model.safetensors"]
     assert [r.name for r in store.list()] == ["maze-grpo"]
     assert store.push(a, "maze-grpo") == ref  # identical files: no-op, no error
