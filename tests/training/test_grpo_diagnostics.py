@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from agent.mazes import MazeLayout, grid_from_rows
-from training.group_signal import detour_moves
+from training.group_signal import detour_moves, measure
 from training.plots import plot_variants
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
 
 # seed 30's maze, which maze-grpo fails greedily (it heads right into the dead end at (1, 3)):
 # the way from (1, 1) to (5, 5) climbs back up two rows in the middle
@@ -40,3 +45,14 @@ def test_plot_variants_draws_every_run_in_the_folder(tmp_path):
         (tmp_path / f"{name}_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     png = plot_variants(tmp_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_group_signal_measures_the_shipped_pair_on_two_seeds():
+    out = measure(str(MODELS / "maze-tiny"), str(MODELS / "maze-grpo"), seeds=2, n=2, temperature=1.0, device="cpu")
+    rows = out["mazes"]
+    assert [r["seed"] for r in rows] == [0, 1]
+    assert all(r["path_len"] >= 8 and 0 <= r["sampled_solved"] <= 2 for r in rows)
+    assert out["direct"]["mazes"] + out["detour"]["mazes"] == 2
+    # greedy on seeds 0 and 1 is solved by maze-grpo (models/scores_hf.json), and the counts agree
+    assert all(r["greedy_solved"] for r in rows) and out["greedy_failed"]["mazes"] == 0
