@@ -2,7 +2,9 @@
 
 Usage: ``python -m training.grpo_select OUT RUN_DIR...``: copies, per run, the best export's
 adapter, the run's metrics/summary and its latest checkpoint into ``OUT/<run name>/``, and
-writes ``OUT/picks.json``.
+writes ``OUT/picks.json``. ``python -m training.grpo_select --pack OUT DEST`` packs each pick
+into ``DEST/pick_<run name>.tgz`` small enough to come back from the device machine (files of at
+most 16 MiB): a pick whose archive is larger goes without its checkpoint (optimizer state).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import tarfile
 from pathlib import Path
 
 
@@ -23,6 +26,25 @@ def pick(run: Path) -> dict | None:
     best = max(evals, key=lambda r: (r["eval/all/pass_at_1"], r["global_step"]))
     return {"run": run.name, "global_step": best["global_step"], "pass_at_1": best["eval/all/pass_at_1"],
             "curve": [(r["global_step"], r["eval/all/pass_at_1"]) for r in rows if "eval/all/pass_at_1" in r]}
+
+
+def pack(picks_dir: Path, dest: Path, max_bytes: int = 15 * 2**20) -> dict[str, bool]:
+    """One ``pick_<name>.tgz`` per pick folder in ``dest``; returns name -> whether the checkpoint
+    fitted (the adapter, metrics and config always go)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    fitted = {}
+    for folder in sorted(p for p in picks_dir.iterdir() if p.is_dir()):
+        archive = dest / f"pick_{folder.name}.tgz"
+        for with_ckpt in (True, False):
+            with tarfile.open(archive, "w:gz") as tar:
+                tar.add(folder, arcname=folder.name,
+                        filter=lambda t, keep=with_ckpt: t if keep or "/ckpt" not in t.name else None)
+            if archive.stat().st_size <= max_bytes:
+                break
+        fitted[folder.name] = with_ckpt
+    if (picks_dir / "picks.json").exists():
+        (dest / "picks.json").write_text((picks_dir / "picks.json").read_text())
+    return fitted
 
 
 def main(out: str, runs: list[str]) -> None:
@@ -48,4 +70,7 @@ def main(out: str, runs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    if sys.argv[1] == "--pack":
+        print(json.dumps(pack(Path(sys.argv[2]), Path(sys.argv[3]))))
+    else:
+        main(sys.argv[1], sys.argv[2:])

@@ -41,7 +41,9 @@ for stage in "$@"; do
       wait
       for d in $names; do echo "== $d"; grep "Step" $d.log | tail -1; grep -h "pass_at_1" $d/export/metrics.jsonl | python3 -c "import sys, json; print([(r['global_step'], r['eval/all/pass_at_1']) for r in map(json.loads, sys.stdin)])"; tail -2 $d.log; done
       # shellcheck disable=SC2086
-      python3 -m training.grpo_select runs/grpo_pick $names ;;
+      python3 -m training.grpo_select runs/grpo_pick $names
+      # On the device machine $OUT comes back: one archive per pick, each under its 16 MiB limit.
+      if [ -n "${OUT:-}" ]; then python3 -m training.grpo_select --pack runs/grpo_pick "$OUT"; fi ;;
     *) echo "unknown stage $stage" ;;
   esac
 done
