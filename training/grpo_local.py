@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent.mazes import generate, generate_from_seed
+from agent.mazes import MazeLayout, generate, generate_from_seed, shortest_path
 from training.config_file import load_with_overrides
 from training.demos import read_profile
 from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate
@@ -73,15 +73,16 @@ class GRPOConfig(BaseModel):
     seed: int = Field(42)
     n_samples_per_prompt: int = Field(8, ge=2, description="episodes per maze (the GRPO group)")
     greedy_samples_per_prompt: int = Field(
-        0, ge=0, description="members of each group decoded greedily (not a SkyRL setting). Greedy "
-        "evaluation fails mostly by repeating a move into a wall, a state sampled rollouts rarely reach; "
-        "a greedy member brings that state into the group, with the sampling distribution's log-probs")
+        0, ge=0, description="members of each group decoded greedily (not a SkyRL setting), with the sampling "
+        "distribution's log-probs: brings the states greedy evaluation reaches into the group (tried "
+        "2026-12-03: no gain, see models/MODEL_CARD.md)")
     train_batch_size: int = Field(32, ge=1, description="mazes per step")
     hard_replay_fraction: float = Field(
         0.0, ge=0, lt=1, description="share of each step's mazes replayed from recent ones whose group solved "
         "at most half (not a SkyRL setting). A maze that needs a detour away from the goal is failed by "
         "nearly every sample, so its group is all zeros and carries no advantage; replaying it gives "
-        "exploration more tries. The buffer is not checkpointed")
+        "exploration more tries. A maze is replayed at most twice, one that cannot be solved within max_turns "
+        "never; the buffer is not checkpointed")
     policy_mini_batch_size: int = Field(32, ge=1, description="mazes per optimizer step")
     micro_batch_size: int = Field(1024, ge=1, description="turn samples per forward/backward")
     update_epochs_per_batch: int = Field(1, ge=1)
@@ -147,8 +148,9 @@ def build_policy(cfg: GRPOConfig, device: torch.device):
     base = Qwen3VLForConditionalGeneration.from_pretrained(cfg.model_path, dtype=torch.float32)
     lora = LoraConfig(
         r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, bias="none",
-        # Only the text model's projections: vision modules are named qkv/proj/linear_fc*, so
-        # these names never match the tower (vLLM serves LoRA on the language model only).
+        # The text model's projections: vision modules are named qkv/proj/linear_fc*, so these
+        # names never match the tower (vLLM serves LoRA on the language model only); lora_vision
+        # adds the tower's for the diagnostic.
         target_modules=LORA_TARGETS + (VISION_LORA_TARGETS if cfg.lora_vision else []),
     )
     model = get_peft_model(base, lora).to(device)
@@ -157,6 +159,31 @@ def build_policy(cfg: GRPOConfig, device: torch.device):
 
 
 # -- GRPO pieces -------------------------------------------------------------------------------
+class HardMazes:
+    """Mazes whose group solved at most half, to play again (``hard_replay_fraction``).
+
+    A maze is replayed at most ``max_replays`` times, and one that cannot be solved within
+    ``max_turns`` (its optimal moves plus the stop) never enters, so unsolvable mazes cannot
+    crowd the buffer.
+    """
+
+    def __init__(self, size: int, max_turns: int, max_replays: int = 2):
+        self.queue: deque[tuple[MazeLayout, int]] = deque(maxlen=size)
+        self.max_turns, self.max_replays = max_turns, max_replays
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+    def take(self, n: int) -> list[tuple[MazeLayout, int]]:
+        """Up to ``n`` oldest entries as (maze, times replayed once this play is counted)."""
+        return [(lay, k + 1) for lay, k in (self.queue.popleft() for _ in range(min(n, len(self.queue))))]
+
+    def offer(self, layouts: list[MazeLayout], replays: list[int], group_means: np.ndarray) -> None:
+        for lay, k, g in zip(layouts, replays, group_means, strict=True):
+            if g <= 0.5 and k < self.max_replays and len(shortest_path(lay.grid, lay.start, lay.goal)) < self.max_turns:
+                self.queue.append((lay, k))
+
+
 def group_advantages(rewards: np.ndarray, n: int) -> np.ndarray:
     """(r - group mean) / (group std + 1e-6); groups are consecutive runs of ``n`` episodes."""
     g = rewards.reshape(-1, n)
@@ -307,7 +334,7 @@ def train(cfg: GRPOConfig) -> dict:
     settings = RolloutSettings(max_turns=cfg.max_turns, temperature=cfg.temperature, max_new_tokens=cfg.max_generate_length,
                                history=profile["history"], protocol=profile["protocol"])
     metrics_f = (export / "metrics.jsonl").open("a")
-    hard: deque = deque(maxlen=4 * cfg.train_batch_size)  # mazes to replay (hard_replay_fraction)
+    hard = HardMazes(4 * cfg.train_batch_size, cfg.max_turns)
     t_start = time.perf_counter()
 
     def do_eval(s: int) -> dict:
@@ -325,9 +352,10 @@ def train(cfg: GRPOConfig) -> dict:
     while step < cfg.max_steps and time.perf_counter() - t_start < cfg.max_minutes * 60:
         step += 1
         t0 = time.perf_counter()
-        n_replay = min(len(hard), int(cfg.hard_replay_fraction * cfg.train_batch_size))
-        layouts = [hard.popleft() for _ in range(n_replay)]
-        layouts += [generate(7, 7, np_rng) for _ in range(cfg.train_batch_size - n_replay)]
+        replayed = hard.take(int(cfg.hard_replay_fraction * cfg.train_batch_size))
+        n_replay = len(replayed)
+        layouts = [lay for lay, _ in replayed] + [generate(7, 7, np_rng) for _ in range(cfg.train_batch_size - n_replay)]
+        replays = [k for _, k in replayed] + [0] * (cfg.train_batch_size - n_replay)
         group = [lay for lay in layouts for _ in range(cfg.n_samples_per_prompt)]
         greedy = [i % cfg.n_samples_per_prompt < cfg.greedy_samples_per_prompt for i in range(len(group))]
         model.eval()
@@ -337,7 +365,7 @@ def train(cfg: GRPOConfig) -> dict:
         rewards = np.array([e.reward for e in eps])
         adv = group_advantages(rewards, cfg.n_samples_per_prompt)
         group_means = rewards.reshape(-1, cfg.n_samples_per_prompt).mean(1)
-        hard.extend(lay for lay, g in zip(layouts, group_means) if g <= 0.5)
+        hard.offer(layouts, replays, group_means)
         m = {"batch/replayed": n_replay, "batch/hard_groups": int((group_means <= 0.5).sum()),
              "batch/zero_adv_groups": int((rewards.reshape(-1, cfg.n_samples_per_prompt).std(1) == 0).sum()),
              "reward/mean": float(rewards.mean()), "episode/avg_turns": float(np.mean([len(e.turns) for e in eps])),

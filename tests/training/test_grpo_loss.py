@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agent.mazes import generate_from_seed
-from training.grpo_local import GRPOConfig, group_advantages, loss_items
+from training.grpo_local import GRPOConfig, HardMazes, group_advantages, loss_items
 from training.rollout import Episode, Turn
 
 
@@ -60,3 +60,15 @@ def test_zero_advantage_episodes_and_empty_turns_are_dropped():
 def test_unknown_reduction_is_rejected():
     with pytest.raises(ValueError, match="loss_reduction"):
         _cfg("mean")
+
+
+def test_hard_mazes_replays_failed_solvable_mazes_at_most_twice():
+    easy, hard, unsolvable = (generate_from_seed(7, 7, s) for s in (0, 26, 20))  # 8, 12 and 16 moves
+    buf = HardMazes(size=8, max_turns=15)
+    buf.offer([easy, hard, unsolvable], [0, 0, 0], np.array([1.0, 0.25, 0.0]))
+    assert [(lay is hard, k) for lay, k in buf.take(4)] == [(True, 1)]  # only the failed, solvable one
+    buf.offer([hard], [1], np.array([0.5]))
+    (lay, k), = buf.take(1)
+    assert lay is hard and k == 2
+    buf.offer([hard], [2], np.array([0.0]))  # replayed twice already: not again
+    assert len(buf) == 0 and buf.take(1) == []
