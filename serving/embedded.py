@@ -199,12 +199,32 @@ def stop_s3() -> None:
 
 
 # -- Ray ------------------------------------------------------------------------------------------
+def ensure_auth_token(ray_exe: Path) -> Path | None:
+    """Make Ray's auth token (``~/.ray/auth_token``) when none is set up; returns the file made.
+
+    ``ray start --head`` with token auth refuses to start without a token and never creates one
+    (only a local ``ray.init()`` does), so on a fresh machine the embedded head could not start.
+    A token given by ``RAY_AUTH_TOKEN`` or ``RAY_AUTH_TOKEN_PATH`` is left as it is.
+    """
+    token_file = Path.home() / ".ray" / "auth_token"
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or token_file.is_file():
+        return None
+    # The command prints the token: keep it out of logs.
+    done = subprocess.run([str(ray_exe), "get-auth-token", "--generate"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0 or not token_file.is_file():
+        raise EmbeddedError(f"could not create Ray's auth token {token_file}: {done.stderr.strip()[-500:]}")
+    log.info("created Ray auth token %s", token_file)
+    return token_file
+
+
 def _start_ray(cfg: ServingConfig) -> tuple[int, str, str, int]:
     """``ray start --head --block`` in its own session; returns (pid, address, temp dir, metrics port)."""
     gcs, metrics = _free_port(), _free_port()
     # A short temp dir: Ray's unix socket paths must stay under ~107 characters.
     temp_dir = tempfile.mkdtemp(prefix="maze-ray-", dir="/tmp")
     ray_exe = Path(sys.executable).with_name("ray")
+    ensure_auth_token(ray_exe)
     cmd = [str(ray_exe), "start", "--head", "--block", f"--node-ip-address={HOST}", f"--port={gcs}",
            f"--num-cpus={os.cpu_count() or 2}", "--include-dashboard=false", "--disable-usage-stats",
            f"--temp-dir={temp_dir}", f"--metrics-export-port={metrics}", "--object-store-memory=200000000",

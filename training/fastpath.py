@@ -316,15 +316,35 @@ class FastQwen3VL:
             pos: (3, B, L) M-RoPE positions.
             vis: :meth:`vision` of the frame ids of the images, in the order their tokens appear.
         """
+        return self._text(input_ids, pos, vis, use_cache=False).last_hidden_state
+
+    def prefill(self, input_ids: torch.Tensor, pos: torch.Tensor, vis: tuple) -> tuple[torch.Tensor, Any]:
+        """:meth:`hidden` that also returns the KV cache, for :meth:`decode` to extend."""
+        out = self._text(input_ids, pos, vis, use_cache=True)
+        return out.last_hidden_state, out.past_key_values
+
+    def _text(self, input_ids: torch.Tensor, pos: torch.Tensor, vis: tuple, use_cache: bool):
         merged, deep, inv = vis
         emb = self.lm.embed_tokens(input_ids)
         mask = input_ids == self.image_token_id
         img = merged[inv].reshape(-1, merged.shape[-1]).to(emb.dtype)
         emb = emb.masked_scatter(mask[..., None], img)
         deep = [d[inv].reshape(-1, d.shape[-1]) for d in deep]
-        out = self.lm(inputs_embeds=emb, position_ids=pos, attention_mask=None,
-                      visual_pos_masks=mask, deepstack_visual_embeds=deep or None, use_cache=False)
-        return out.last_hidden_state
+        return self.lm(inputs_embeds=emb, position_ids=pos, attention_mask=None,
+                       visual_pos_masks=mask, deepstack_visual_embeds=deep or None, use_cache=use_cache)
+
+    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, cache: Any, keep: torch.Tensor) -> torch.Tensor:
+        """Hidden states (B, H) of one new text token per row, appended to ``cache``.
+
+        Args:
+            tokens: (B,) token ids; pos: (3, B) their M-RoPE positions.
+            keep: (B, kv_len) bool, the cached columns (plus this token's) each row may attend to:
+                a right-padded prefill leaves pad columns between a short prompt and its new tokens.
+        """
+        emb = self.lm.embed_tokens(tokens[:, None])
+        out = self.lm(inputs_embeds=emb, position_ids=pos[:, :, None], attention_mask=keep[:, None, None, :],
+                      past_key_values=cache, use_cache=True)
+        return out.last_hidden_state[:, 0]
 
     def logits_at(self, hidden: torch.Tensor, flat_index: torch.Tensor) -> torch.Tensor:
         """Logits at flattened (b * L + t) positions only (the vocabulary head is the big matmul)."""

@@ -61,6 +61,7 @@ class RolloutSettings:
     max_new_tokens: int = 12
     history: str = "window:2"
     protocol: str = "tuple"
+    kv_cache: bool = True  # off: every reply token re-runs the whole prompt (the old path, for comparison)
 
 
 @torch.no_grad()
@@ -68,20 +69,19 @@ def sample_replies(fast: FastQwen3VL, bank: FrameBank, prompts: list[EncodedProm
                    eos_id: int, settings: RolloutSettings, generator: torch.Generator | None,
                    device: torch.device, banned: list[int] = (),
                    greedy_rows: list[bool] | None = None) -> tuple[list[list[int]], list[list[float]]]:
-    """Sample (or greedily pick) reply tokens for a batch of prompts; no KV cache (replies are short).
+    """Sample (or greedily pick) reply tokens for a batch of prompts.
 
-    ``greedy_rows`` marks rows that take the argmax although the batch samples; their log-probs are
-    still those of the sampling distribution (at ``temperature``), which the GRPO loss uses.
+    With ``settings.kv_cache`` the prompts run once and each reply token is one cached decode
+    step; a reply is several tokens (``('move', 0)`` and ``<|im_end|>``), so this saves most of the
+    turn's compute. ``greedy_rows`` marks rows that take the argmax although the batch samples;
+    their log-probs are still those of the sampling distribution (at ``temperature``), which the
+    GRPO loss uses.
     """
     B = len(prompts)
     batch = collate(prompts, frames)
     K = settings.max_new_tokens
-    ids = torch.nn.functional.pad(batch["input_ids"], (0, K)).to(device)
-    pos = torch.nn.functional.pad(batch["pos"], (0, K)).to(device)
     lens = torch.as_tensor([len(p.ids) for p in prompts], device=device)
     nxt = torch.as_tensor([p.next_pos for p in prompts], device=device)
-    L = ids.shape[1]
-    rows = torch.arange(B, device=device)
     vis = fast.vision(batch["frames"].to(device), bank)
     out_tok = torch.zeros(B, K, dtype=torch.long, device=device)
     out_lp = torch.zeros(B, K, device=device)
@@ -90,10 +90,11 @@ def sample_replies(fast: FastQwen3VL, bank: FrameBank, prompts: list[EncodedProm
     argmax_rows = None
     if greedy_rows is not None and any(greedy_rows) and settings.temperature > 0:
         argmax_rows = torch.as_tensor(greedy_rows, dtype=torch.bool, device=device)
+    step = (_CachedSteps if settings.kv_cache else _FullSteps)(fast, batch["input_ids"].to(device), batch["pos"].to(device),
+                                                               vis, lens, nxt, K)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        logits = step.first()
         for k in range(K):
-            h = fast.hidden(ids, pos, vis)
-            logits = fast.logits_at(h, rows * L + lens + k - 1)
             if banned:
                 logits[:, list(banned)] = float("-inf")
             if settings.temperature > 0:
@@ -108,13 +109,55 @@ def sample_replies(fast: FastQwen3VL, bank: FrameBank, prompts: list[EncodedProm
             out_lp[:, k] = logp.gather(1, tok[:, None]).squeeze(1)
             n_gen += alive.long()
             alive &= tok != eos_id
-            ids[rows, lens + k] = tok
-            pos[:, rows, lens + k] = (nxt + k)[None, :]
-            if not bool(alive.any()):
+            if not bool(alive.any()) or k == K - 1:
                 break
+            logits = step.next(tok)
     toks, lps = out_tok.tolist(), out_lp.tolist()
     n = n_gen.tolist()
     return [t[: n[b]] for b, t in enumerate(toks)], [lp[: n[b]] for b, lp in enumerate(lps)]
+
+
+class _CachedSteps:
+    """Next-token logits per row: the prompts run once, then one cached decode step per token."""
+
+    def __init__(self, fast: FastQwen3VL, ids, pos, vis, lens, nxt, max_new: int):
+        self.fast, self.ids, self.pos, self.vis, self.lens, self.nxt = fast, ids, pos, vis, lens, nxt
+        self.cache, self.k = None, 0
+        # Right padding leaves pad columns between a short prompt and its reply tokens: masked out.
+        self.keep = torch.arange(ids.shape[1], device=ids.device)[None, :] < lens[:, None]
+
+    def first(self) -> torch.Tensor:
+        B, L = self.ids.shape
+        h, self.cache = self.fast.prefill(self.ids, self.pos, self.vis)
+        return self.fast.logits_at(h, torch.arange(B, device=h.device) * L + self.lens - 1)
+
+    def next(self, tok: torch.Tensor) -> torch.Tensor:
+        B = tok.shape[0]
+        self.keep = torch.cat([self.keep, torch.ones(B, 1, dtype=torch.bool, device=tok.device)], 1)
+        h = self.fast.decode(tok, (self.nxt + self.k)[None, :].expand(3, B), self.cache, self.keep)
+        self.k += 1
+        return self.fast.lm_head(h).float()
+
+
+class _FullSteps:
+    """The uncached path: each new token re-runs the whole prompt and the reply so far."""
+
+    def __init__(self, fast: FastQwen3VL, ids, pos, vis, lens, nxt, max_new: int):
+        self.fast, self.vis, self.lens, self.nxt = fast, vis, lens, nxt
+        self.ids = torch.nn.functional.pad(ids, (0, max_new))
+        self.pos = torch.nn.functional.pad(pos, (0, max_new))
+        self.rows = torch.arange(ids.shape[0], device=ids.device)
+        self.k = 0
+
+    def first(self) -> torch.Tensor:
+        L = self.ids.shape[1]
+        return self.fast.logits_at(self.fast.hidden(self.ids, self.pos, self.vis), self.rows * L + self.lens + self.k - 1)
+
+    def next(self, tok: torch.Tensor) -> torch.Tensor:
+        self.ids[self.rows, self.lens + self.k] = tok
+        self.pos[:, self.rows, self.lens + self.k] = (self.nxt + self.k)[None, :]
+        self.k += 1
+        return self.first()
 
 
 def play(fast: FastQwen3VL, bank: FrameBank, codec: PromptCodec, catalog: FrameCatalog, layouts: list[MazeLayout],

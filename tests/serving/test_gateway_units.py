@@ -182,3 +182,25 @@ def test_application_error_middleware_replaces_ray_base_http_middleware():
     r = client.get("/boom", headers={"x-request-id": "req-1"})
     assert r.status_code == 500 and "error" in r.json()
     assert client.get("/fine").json() == {"ok": True}
+
+
+def test_ray_auth_token_is_made_on_a_fresh_machine(tmp_path, monkeypatch):
+    """`ray start --head` with token auth needs a token it never creates: the embedded stack makes
+    one in a fresh home, keeps an existing one, and leaves a token given by the environment alone."""
+    import sys
+    from pathlib import Path
+
+    from serving.embedded import ensure_auth_token
+
+    ray_exe = Path(sys.executable).with_name("ray")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    made = ensure_auth_token(ray_exe)
+    assert made == tmp_path / ".ray" / "auth_token"
+    token = made.read_text()
+    assert len(token) >= 16
+    assert ensure_auth_token(ray_exe) is None and made.read_text() == token
+    monkeypatch.setenv("HOME", str(tmp_path / "other"))
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(made))
+    assert ensure_auth_token(ray_exe) is None and not (tmp_path / "other" / ".ray").exists()
