@@ -22,3 +22,4 @@ bench: setup
 	$(PY) benchmarks/eval_concurrency.py
 	$(PY) benchmarks/gateway_bench.py
 	$(PY) benchmarks/layout_ab.py
+	$(PY) benchmarks/rollout_cache.py
