@@ -22,11 +22,7 @@ import torch
 
 import training  # noqa: F401 - makes torchvision importable on CPU torch
 from agent.mazes import generate_from_seed
-from training.demos import read_profile
-from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog
-from training.grpo_local import GRPOConfig, build_policy, load_adapter_weights
-from training.rollout import RolloutSettings, play
-from training.sft import make_codec
+from training.fast_policy import FastPolicy
 
 log = logging.getLogger("bench.rollout_cache")
 MODELS = Path(__file__).resolve().parents[1] / "models"
@@ -42,30 +38,22 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    device = torch.device(args.device)
     torch.manual_seed(0)
-    cfg = GRPOConfig(model_path=str(MODELS / "maze-tiny"), ckpt_path="-", export_path="-", device=args.device)
-    model, processor = build_policy(cfg, device)
-    load_adapter_weights(model, MODELS / "maze-grpo")
-    model.eval()
-    bank = FrameBank(FrameCatalog(7), processor.image_processor, device,
-                     dtype=torch.bfloat16 if device.type == "cuda" else torch.float32)
-    fast, codec, profile = FastQwen3VL(model, bank.grid_thw), make_codec(processor), read_profile(MODELS / "maze-tiny")
+    policy = FastPolicy.load(MODELS / "maze-tiny", MODELS / "maze-grpo", args.device)
+    device = policy.device
     layouts = [generate_from_seed(7, 7, s) for s in range(args.episodes)]
 
-    def settings(cached: bool) -> RolloutSettings:
-        return RolloutSettings(max_turns=15, temperature=args.temperature, max_new_tokens=12,
-                               history=profile["history"], protocol=profile["protocol"], kv_cache=cached)
+    def settings(cached: bool):
+        return policy.settings(args.temperature, max_new_tokens=12, kv_cache=cached)
 
-    play(fast, bank, codec, bank.catalog, layouts[:2], settings(True), device=device)  # warm-up: frames, prompts
+    policy.play(layouts[:2], settings(True))  # warm-up: frames, prompts
     seconds: dict[str, list[float]] = {"cached": [], "uncached": []}
     played: dict[str, list] = {}
     for r in range(args.rounds):
         for cached in ((True, False) if r % 2 == 0 else (False, True)):
             name = "cached" if cached else "uncached"
             t0 = time.perf_counter()
-            eps = play(fast, bank, codec, bank.catalog, layouts, settings(cached),
-                       generator=torch.Generator(device=device).manual_seed(r), device=device)
+            eps = policy.play(layouts, settings(cached), seed=r)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             seconds[name].append(round(time.perf_counter() - t0, 3))

@@ -21,14 +21,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from agent.mazes import MOVES, MazeLayout, generate_from_seed, shortest_path
-from training.demos import read_profile
-from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog
-from training.grpo_local import GRPOConfig, build_policy, load_adapter_weights
-from training.rollout import RolloutSettings, play
-from training.sft import make_codec
+from training.fast_policy import FastPolicy
 
 log = logging.getLogger("training.group_signal")
 
@@ -47,29 +42,18 @@ def detour_moves(layout: MazeLayout) -> int:
 def measure(model_path: str, adapter: str | None, seeds: int, n: int, temperature: float, device: str,
             sample_failed_only: bool = False) -> dict:
     """The per-maze table and its summaries; ``sample_failed_only`` samples only the mazes greedy
-    fails (on 2 CPU cores all 64 x 8 episodes take about an hour, the failed ones ~10 min)."""
-    dev = torch.device(device)
-    cfg = GRPOConfig(model_path=model_path, ckpt_path="-", export_path="-")
-    model, processor = build_policy(cfg, dev)
-    if adapter:
-        load_adapter_weights(model, Path(adapter))
-    model.eval()
-    bank = FrameBank(FrameCatalog(7), processor.image_processor, dev,
-                     dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32)
-    fast, codec, profile = FastQwen3VL(model, bank.grid_thw), make_codec(processor), read_profile(model_path)
+    fails (on 2 CPU cores the failed ones took ~9 min before the rollout's KV cache, ~5x faster now)."""
+    policy = FastPolicy.load(model_path, adapter, device)
     layouts = [generate_from_seed(7, 7, s) for s in range(seeds)]
 
-    def run(t: float, chosen: list[MazeLayout], copies: int, gen: torch.Generator | None) -> list[bool]:
-        settings = RolloutSettings(max_turns=15, temperature=t, max_new_tokens=8,
-                                   history=profile["history"], protocol=profile["protocol"])
-        eps = play(fast, bank, codec, bank.catalog, [lay for lay in chosen for _ in range(copies)], settings,
-                   generator=gen, device=dev)
+    def run(t: float, chosen: list[MazeLayout], copies: int, seed: int | None) -> list[bool]:
+        eps = policy.play([lay for lay in chosen for _ in range(copies)], policy.settings(t, max_new_tokens=8), seed)
         return [e.success for e in eps]
 
     t0 = time.perf_counter()
     greedy = run(0.0, layouts, 1, None)
     picked = [s for s in range(seeds) if not (sample_failed_only and greedy[s])]
-    wins = np.array(run(temperature, [layouts[s] for s in picked], n, torch.Generator(device=dev).manual_seed(0)))
+    wins = np.array(run(temperature, [layouts[s] for s in picked], n, 0))
     sampled = dict(zip(picked, wins.reshape(len(picked), n).sum(1).tolist()))
     rows = [{"seed": s, "path_len": len(shortest_path(lay.grid, lay.start, lay.goal)), "detour_moves": detour_moves(lay),
              "greedy_solved": bool(greedy[s]), "sampled_solved": sampled.get(s)}

@@ -10,11 +10,9 @@ import torch
 import training  # noqa: F401 - makes torchvision importable on CPU torch
 from agent.mazes import generate_from_seed
 from agent.protocol import assistant_message, get_protocol, user_message
-from training.demos import read_profile
-from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog, frame_rows, frame_url
-from training.grpo_local import GRPOConfig, build_policy, load_adapter_weights
-from training.rollout import RolloutSettings, play, sample_replies
-from training.sft import make_codec
+from training.fast_policy import FastPolicy
+from training.fastpath import frame_rows, frame_url
+from training.rollout import sample_replies
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 pytestmark = pytest.mark.slow
@@ -23,24 +21,13 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def policy():
     """The shipped base with the shipped adapter (non-zero LoRA, so peft's layers take part)."""
-    device = torch.device("cpu")
-    cfg = GRPOConfig(model_path=str(MODELS / "maze-tiny"), ckpt_path="c", export_path="e")
-    model, processor = build_policy(cfg, device)
-    load_adapter_weights(model, MODELS / "maze-grpo")
-    model.eval()
-    bank = FrameBank(FrameCatalog(7), processor.image_processor, device, dtype=torch.float32)
-    return FastQwen3VL(model, bank.grid_thw), bank, make_codec(processor), read_profile(MODELS / "maze-tiny")
-
-
-def _settings(profile: dict, temperature: float, kv_cache: bool, max_turns: int = 6) -> RolloutSettings:
-    return RolloutSettings(max_turns=max_turns, temperature=temperature, max_new_tokens=8, history=profile["history"],
-                           protocol=profile["protocol"], kv_cache=kv_cache)
+    return FastPolicy.load(MODELS / "maze-tiny", MODELS / "maze-grpo")
 
 
 def test_prompts_of_different_lengths_decode_alike(policy):
     """Right padding: the short prompt's cached pad columns must stay out of its reply's attention."""
-    fast, bank, codec, profile = policy
-    proto, cat = get_protocol(profile["protocol"]), bank.catalog
+    fast, bank, codec = policy.fast, policy.bank, policy.codec
+    proto, cat = get_protocol(policy.profile["protocol"]), bank.catalog
     lay = generate_from_seed(7, 7, 4)
     url = frame_url(cat.row(lay.grid, lay.start, lay.goal))
     first = [user_message(proto.initial_text(7, 7), image_url=url)]
@@ -51,8 +38,9 @@ def test_prompts_of_different_lengths_decode_alike(policy):
     out = {}
     for cached in (True, False):
         for t in (0.0, 1.0):
-            out[cached, t] = sample_replies(fast, bank, prompts, frames, codec.eos_id, _settings(profile, t, cached),
-                                            torch.Generator().manual_seed(3), torch.device("cpu"), codec.banned_ids)
+            settings = policy.settings(t, max_new_tokens=8, kv_cache=cached)
+            out[cached, t] = sample_replies(fast, bank, prompts, frames, codec.eos_id, settings,
+                                            torch.Generator().manual_seed(3), policy.device, codec.banned_ids)
     for t in (0.0, 1.0):
         (tok_c, lp_c), (tok_f, lp_f) = out[True, t], out[False, t]
         assert tok_c == tok_f
@@ -62,11 +50,10 @@ def test_prompts_of_different_lengths_decode_alike(policy):
 
 
 def test_cached_episodes_match_uncached(policy):
-    fast, bank, codec, profile = policy
     layouts = [generate_from_seed(7, 7, s) for s in (0, 1, 2, 27)]
     for t in (0.0, 1.0):
-        runs = [play(fast, bank, codec, bank.catalog, layouts, _settings(profile, t, cached),
-                     generator=torch.Generator().manual_seed(5)) for cached in (True, False)]
+        runs = [policy.play(layouts, policy.settings(t, max_turns=6, max_new_tokens=8, kv_cache=cached), seed=5)
+                for cached in (True, False)]
         for c, f in zip(*runs, strict=True):
             assert c.conversation == f.conversation and c.success == f.success
             for tc, tf in zip(c.turns, f.turns, strict=True):
