@@ -138,6 +138,21 @@ def shortest_path(grid: np.ndarray, start: Pos, goal: Pos) -> list[int] | None:
     return None
 
 
+def detour_moves(layout: MazeLayout) -> int:
+    """Moves of the optimal path that do not bring the agent closer to the goal (Manhattan distance).
+
+    0 for a "direct" maze, where every optimal move closes in on the goal; a maze that needs a
+    detour is the hard case for a policy that reads the image greedily.
+    """
+    (gr, gc), (r, c) = layout.goal, layout.start
+    count = 0
+    for d in shortest_path(layout.grid, layout.start, layout.goal):
+        nr, nc = r + MOVES[d][0], c + MOVES[d][1]
+        count += abs(nr - gr) + abs(nc - gc) >= abs(r - gr) + abs(c - gc)
+        r, c = nr, nc
+    return count
+
+
 def grid_from_rows(rows: list[str]) -> np.ndarray:
     """Parse ``'#'``/``'.'`` rows (the test-vector format) into a wall grid."""
     return np.array([[1 if ch == "#" else 0 for ch in row] for row in rows], dtype=np.int8)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agent.mazes import generate_from_seed
+from agent.mazes import MazeLayout, corners, generate_from_seed
 from agent.protocol import Message
 from agent.render import png_data_url, render_frame
 
@@ -69,6 +69,12 @@ class FrameCatalog:
         """The frame id of a state (KeyError for a maze outside the catalog)."""
         m = self._grid_index[np.ascontiguousarray(grid, dtype=np.int8).tobytes()]
         return self._row[(m, self.corners.index(tuple(goal)), int(agent[0]), int(agent[1]))]
+
+    def tasks(self) -> list[MazeLayout]:
+        """Every task of this size: each maze with each corner choice (start and goal in opposite
+        corners, as ``agent.mazes.corners``), mazes in catalog order; 768 for ``maze_2d/simple``."""
+        s = self.size
+        return [MazeLayout(grid=g, start=st, goal=gl) for g in self.grids for st, gl in (corners(s, s, i) for i in range(4))]
 
     def frame(self, row: int) -> np.ndarray:
         m, c, r, col = self.keys[row]

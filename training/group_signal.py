@@ -22,21 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.mazes import MOVES, MazeLayout, generate_from_seed, shortest_path
+from agent.mazes import MazeLayout, detour_moves, generate_from_seed, shortest_path
 from training.fast_policy import FastPolicy
 
 log = logging.getLogger("training.group_signal")
-
-
-def detour_moves(layout: MazeLayout) -> int:
-    """Moves of the optimal path that do not reduce the Manhattan distance to the goal."""
-    (gr, gc), (r, c) = layout.goal, layout.start
-    count = 0
-    for d in shortest_path(layout.grid, layout.start, layout.goal):
-        nr, nc = r + MOVES[d][0], c + MOVES[d][1]
-        count += abs(nr - gr) + abs(nc - gc) >= abs(r - gr) + abs(c - gc)
-        r, c = nr, nc
-    return count
 
 
 def measure(model_path: str, adapter: str | None, seeds: int, n: int, temperature: float, device: str,

@@ -1,6 +1,7 @@
 """Pick the best export of one or more GRPO runs (by greedy pass@1, later step on ties).
 
-Usage: ``python -m training.grpo_select OUT RUN_DIR...``: copies, per run, the best export's
+Usage: ``python -m training.grpo_select [--by-all-tasks] OUT RUN_DIR...``: picks on the eval
+seeds, or with ``--by-all-tasks`` on all 768 tasks (runs made with ``eval_all_tasks``); copies, per run, the best export's
 adapter, the run's metrics/summary and its latest checkpoint into ``OUT/<run name>/``, and
 writes ``OUT/picks.json``. ``python -m training.grpo_select --pack OUT DEST`` packs each pick
 into ``DEST/pick_<run name>.tgz`` small enough to come back from the device machine (files of at
@@ -15,17 +16,28 @@ import sys
 import tarfile
 from pathlib import Path
 
+SEEDS_METRIC = "eval/all/pass_at_1"
+TASKS_METRIC = "eval/all_tasks/pass_at_1"
 
-def pick(run: Path) -> dict | None:
+
+def pick(run: Path, metric: str = SEEDS_METRIC) -> dict | None:
+    """The run's best exported step by ``metric`` (later step on ties); None if no export was evaluated.
+
+    ``TASKS_METRIC`` (runs with ``eval_all_tasks``) picks on all 768 tasks: a pick on the 64 eval
+    seeds reads optimistic on those same seeds.
+    """
     export = run / "export"
     rows = [json.loads(line) for line in (export / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    evals = [r for r in rows if "eval/all/pass_at_1" in r
+    evals = [r for r in rows if metric in r
              and (export / f"global_step_{r['global_step']}" / "policy" / "adapter_model.safetensors").exists()]
     if not evals:
         return None
-    best = max(evals, key=lambda r: (r["eval/all/pass_at_1"], r["global_step"]))
-    return {"run": run.name, "global_step": best["global_step"], "pass_at_1": best["eval/all/pass_at_1"],
-            "curve": [(r["global_step"], r["eval/all/pass_at_1"]) for r in rows if "eval/all/pass_at_1" in r]}
+    best = max(evals, key=lambda r: (r[metric], r["global_step"]))
+    out = {"run": run.name, "global_step": best["global_step"], "pass_at_1": best[SEEDS_METRIC], "picked_by": metric,
+           "curve": [(r["global_step"], r[SEEDS_METRIC]) for r in rows if SEEDS_METRIC in r]}
+    if TASKS_METRIC in best:
+        out["all_tasks_pass_at_1"] = best[TASKS_METRIC]
+    return out
 
 
 def pack(picks_dir: Path, dest: Path, max_bytes: int = 15 * 2**20) -> dict[str, bool]:
@@ -47,11 +59,11 @@ def pack(picks_dir: Path, dest: Path, max_bytes: int = 15 * 2**20) -> dict[str, 
     return fitted
 
 
-def main(out: str, runs: list[str]) -> None:
+def main(out: str, runs: list[str], metric: str = SEEDS_METRIC) -> None:
     out_dir = Path(out)
     picks = []
     for r in map(Path, runs):
-        p = pick(r)
+        p = pick(r, metric)
         if p is None:
             continue
         picks.append(p)
@@ -72,5 +84,7 @@ def main(out: str, runs: list[str]) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "--pack":
         print(json.dumps(pack(Path(sys.argv[2]), Path(sys.argv[3]))))
+    elif sys.argv[1] == "--by-all-tasks":
+        main(sys.argv[2], sys.argv[3:], TASKS_METRIC)
     else:
         main(sys.argv[1], sys.argv[2:])

@@ -39,9 +39,11 @@ for stage in "$@"; do
           --ckpt-path $d/ckpt --export-path $d/export $flags > $d.log 2>&1 &
       done
       wait
-      for d in $names; do echo "== $d"; grep "Step" $d.log | tail -1; grep -h "pass_at_1" $d/export/metrics.jsonl | python3 -c "import sys, json; print([(r['global_step'], r['eval/all/pass_at_1']) for r in map(json.loads, sys.stdin)])"; tail -2 $d.log; done
+      for d in $names; do echo "== $d"; grep "Step" $d.log | tail -1; grep -h "pass_at_1" $d/export/metrics.jsonl | python3 -c "import sys, json; print([(r['global_step'], r['eval/all/pass_at_1'], r.get('eval/all_tasks/pass_at_1')) for r in map(json.loads, sys.stdin)])"; tail -2 $d.log; done
+      # GRPO_PICK_BY=all_tasks picks on all 768 tasks (runs with --eval-all-tasks true), not the eval seeds.
+      by=""; [ "${GRPO_PICK_BY:-}" = all_tasks ] && by="--by-all-tasks"
       # shellcheck disable=SC2086
-      python3 -m training.grpo_select runs/grpo_pick $names
+      python3 -m training.grpo_select $by runs/grpo_pick $names
       # On the device machine $OUT comes back: one archive per pick, each under its 16 MiB limit.
       if [ -n "${OUT:-}" ]; then python3 -m training.grpo_select --pack runs/grpo_pick "$OUT"; fi ;;
     *) echo "unknown stage $stage" ;;

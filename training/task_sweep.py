@@ -20,19 +20,11 @@ import logging
 import time
 from pathlib import Path
 
-from agent.mazes import MazeLayout, corners, generate_from_seed, shortest_path
+from agent.mazes import MazeLayout, detour_moves, generate_from_seed, shortest_path
 from training.fast_policy import FastPolicy
-from training.fastpath import FrameCatalog
-from training.group_signal import detour_moves
 
 log = logging.getLogger("training.task_sweep")
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
-
-
-def all_tasks(catalog: FrameCatalog) -> list[MazeLayout]:
-    """Every (maze, corner choice) of the catalog's size, mazes in catalog order."""
-    s = catalog.size
-    return [MazeLayout(grid=g, start=st, goal=gl) for g in catalog.grids for st, gl in (corners(s, s, i) for i in range(4))]
 
 
 def task_key(layout: MazeLayout) -> tuple:
@@ -80,7 +72,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if a.only not in (None, name):
             continue
         policy = FastPolicy.load(base, adapter, a.device)
-        tasks = all_tasks(policy.bank.catalog)[: a.limit]
+        tasks = policy.bank.catalog.tasks()[: a.limit]
         out = {"model": name, "adapter": str(adapter) if adapter else None, **sweep(policy, tasks)}
         results.append(out)
         log.info("%s: all %s | direct %s | detour %s | eval seeds %s (%.0fs)", name, out["all"], out["direct"],

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.mazes import MazeLayout, grid_from_rows
-from training.group_signal import detour_moves, measure
+from agent.mazes import MazeLayout, detour_moves, grid_from_rows
+from training.group_signal import measure
 from training.plots import plot_variants
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -58,12 +58,12 @@ def test_group_signal_measures_the_shipped_pair_on_two_seeds():
     assert all(r["greedy_solved"] for r in rows) and out["greedy_failed"]["mazes"] == 0
 
 
-def test_all_tasks_are_the_768_layouts_the_seeds_draw_from():
+def test_catalog_tasks_are_the_768_layouts_the_seeds_draw_from():
     from agent.mazes import generate_from_seed
     from training.fastpath import FrameCatalog
-    from training.task_sweep import all_tasks, task_key
+    from training.task_sweep import task_key
 
-    tasks = all_tasks(FrameCatalog(7))
+    tasks = FrameCatalog(7).tasks()
     keys = {task_key(t) for t in tasks}
     assert len(tasks) == len(keys) == 192 * 4
     assert all(task_key(generate_from_seed(7, 7, s)) in keys for s in range(200))
@@ -75,12 +75,12 @@ def test_task_sweep_scores_tasks_and_splits_them():
     from agent.mazes import generate_from_seed
     from training.fast_policy import FastPolicy
     from training.fastpath import FrameCatalog
-    from training.task_sweep import all_tasks, sweep, task_key
+    from training.task_sweep import sweep, task_key
 
     policy = FastPolicy.load(MODELS / "maze-tiny", MODELS / "maze-grpo")
     # seed 0 and 1's tasks (maze-grpo solves both, models/scores_hf.json) and seed 30's detour one
     wanted = {task_key(generate_from_seed(7, 7, s)) for s in (0, 1, 30)}
-    tasks = [t for t in all_tasks(FrameCatalog(7)) if task_key(t) in wanted]
+    tasks = [t for t in FrameCatalog(7).tasks() if task_key(t) in wanted]
     out = sweep(policy, tasks, eval_seeds=2)
     assert out["all"]["tasks"] == 3 and out["direct"]["tasks"] + out["detour"]["tasks"] == 3
     assert out["detour"]["tasks"] >= 1

@@ -6,7 +6,7 @@ import json
 import os
 import tarfile
 
-from training.grpo_select import main, pack
+from training.grpo_select import TASKS_METRIC, main, pack, pick
 
 
 def _run(root, name: str, rates: dict[int, float], ckpt_bytes: int):
@@ -45,3 +45,14 @@ def test_select_takes_the_best_eval_later_step_on_ties_and_pack_drops_oversized_
             names = tar.getnames()
         assert f"{name}/adapter/adapter_model.safetensors" in names and f"{name}/metrics.jsonl" in names
         assert any("/ckpt/" in n for n in names) == with_ckpt
+
+
+def test_select_by_all_tasks_can_pick_another_step_than_the_eval_seeds(tmp_path):
+    run = _run(tmp_path / "runs", "grpo_t", {5: 0.9, 10: 0.8}, ckpt_bytes=10)
+    rows = [{"global_step": 5, "eval/all/pass_at_1": 0.9, "eval/all_tasks/pass_at_1": 0.70},
+            {"global_step": 10, "eval/all/pass_at_1": 0.8, "eval/all_tasks/pass_at_1": 0.75}]
+    (run / "export" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert pick(run)["global_step"] == 5
+    by_tasks = pick(run, TASKS_METRIC)
+    assert (by_tasks["global_step"], by_tasks["pass_at_1"], by_tasks["all_tasks_pass_at_1"]) == (10, 0.8, 0.75)
+    assert by_tasks["picked_by"] == TASKS_METRIC

@@ -134,3 +134,19 @@ def test_grpo_logs_replays_and_group_stats(tmp_path):
     assert first["batch/replayed"] == 0
     assert second["batch/replayed"] == min(1, first["batch/hard_groups"])  # paths of 8 fit in 9 turns
     assert all(0 <= r["batch/zero_adv_groups"] <= 2 and 0 <= r["reward/greedy_mean"] <= 1 for r in (first, second))
+
+
+def test_grpo_eval_all_tasks_logs_the_task_rate(tmp_path, monkeypatch):
+    """eval_all_tasks adds the all-task metrics next to the eval seeds' (here on the first 6 of the
+    768 tasks: all of them take minutes on CPU)."""
+    from training.fastpath import FrameCatalog
+
+    every = FrameCatalog.tasks
+    monkeypatch.setattr(FrameCatalog, "tasks", lambda self: every(self)[:6])
+    cfg = GRPOConfig(model_path=str(TINY), ckpt_path=str(tmp_path / "ckpt"), export_path=str(tmp_path / "export"),
+                     train_batch_size=1, n_samples_per_prompt=2, policy_mini_batch_size=1, max_turns=2,
+                     max_generate_length=8, eval_seeds=1, max_steps=1, eval_all_tasks=True)
+    summary = grpo_train(cfg)
+    for ev in summary["evals"]:  # before training and after the step
+        assert 0.0 <= ev["eval/all_tasks/pass_at_1"] <= 1.0 and "eval/all_tasks/detour_pass_at_1" in ev
+    assert [ev["global_step"] for ev in summary["evals"]] == [0, 1]
