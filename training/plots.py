@@ -2,7 +2,8 @@
 
 Usage: ``python -m training.plots --sft runs/sft/metrics.jsonl --grpo runs/grpo/export/metrics.jsonl
 --out models/curves``; ``python -m training.plots variants DIR`` draws ``DIR/variants.png`` from the
-``*_metrics.jsonl`` of several GRPO runs (an ablation) in DIR.
+``*_metrics.jsonl`` of several GRPO runs (an ablation) in DIR; ``python -m training.plots sweep
+FILE.json`` draws ``FILE.png`` from :mod:`training.task_sweep` results.
 """
 
 from __future__ import annotations
@@ -123,10 +124,42 @@ def plot_variants(folder: Path) -> Path:
     return png
 
 
+def plot_sweep(results: list[dict], png: Path) -> Path:
+    """Grouped bars of :mod:`training.task_sweep` results: each model's greedy solve rate on the
+    eval seeds, on all tasks, and on the direct and detour tasks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = (("eval_seeds", "eval seeds 0..63"), ("all", "all tasks"), ("direct", "direct tasks"), ("detour", "detour tasks"))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / max(1, len(results))
+    for i, res in enumerate(results):
+        xs = [j + i * width for j in range(len(parts))]
+        rates = [res[k]["rate"] or 0.0 for k, _ in parts]
+        bars = ax.bar(xs, rates, width, label=res["model"])
+        for bar, (k, _) in zip(bars, parts, strict=True):
+            ax.annotate(f"{res[k]['solved']}/{res[k]['tasks']}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=7)
+    ax.set_xticks([j + width * (len(results) - 1) / 2 for j in range(len(parts))], [label for _, label in parts])
+    ax.axhline(0.9, color="g", ls="--", lw=1, label="90%")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("greedy solve rate")
+    ax.set_title("maze_2d/simple: 768 tasks (192 mazes x 4 corners), 15 turns")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    return png
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(argv) if argv is not None else sys.argv[1:]
     if argv[:1] == ["variants"]:
         plot_variants(Path(argv[1]))
+        return
+    if argv[:1] == ["sweep"]:
+        plot_sweep(json.loads(Path(argv[1]).read_text()), Path(argv[1]).with_suffix(".png"))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--sft", type=Path, required=True)

@@ -8,8 +8,8 @@ only closes in on the goal ("direct") and those that need a detour.
 
 Usage::
 
-    python -m training.task_sweep --json models/curves/task_sweep.json           # base and adapter
-    python -m training.task_sweep --only maze-grpo --limit 32                     # a quick look
+    python -m training.task_sweep --json models/curves/task_sweep.json   # both models, + task_sweep.png
+    python -m training.task_sweep --only maze-grpo --limit 32            # a quick look
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from agent.mazes import MazeLayout, detour_moves, generate_from_seed, shortest_path
 from training.fast_policy import FastPolicy
+from training.plots import plot_sweep
 
 log = logging.getLogger("training.task_sweep")
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(results, indent=1) + "\n")
+        plot_sweep(results, a.json.with_suffix(".png"))
     return results
 
 

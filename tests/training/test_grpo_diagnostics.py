@@ -85,3 +85,15 @@ def test_task_sweep_scores_tasks_and_splits_them():
     assert out["all"]["tasks"] == 3 and out["direct"]["tasks"] + out["detour"]["tasks"] == 3
     assert out["detour"]["tasks"] >= 1
     assert out["eval_seeds"] == {"tasks": 2, "solved": 2, "rate": 1.0, "seeds": 2, "distinct_tasks": 2}
+
+
+def test_plot_sweep_draws_the_shipped_sweep(tmp_path):
+    from training.plots import plot_sweep
+
+    results = json.loads((MODELS / "curves" / "task_sweep.json").read_text())
+    assert [r["model"] for r in results] == ["maze-tiny", "maze-grpo"]
+    for r in results:  # the committed numbers add up
+        assert r["all"]["tasks"] == 768 == r["direct"]["tasks"] + r["detour"]["tasks"]
+        assert r["all"]["solved"] == sum(row["solved"] for row in r["rows"])
+    png = plot_sweep(results, tmp_path / "sweep.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
