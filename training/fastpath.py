@@ -124,10 +124,22 @@ class FrameBank:
 
     Frames are processed on first use, in batches, and stored in a growing table, so a CPU test
     touches only the few it needs; :meth:`fill` with no rows processes the whole catalog.
+
+    A frame is 196 patches x 1536 values: 1.2 MB in float32, 15.7 GB for the whole catalog. So on
+    CPU the table holds at most ``max_frames`` (default 2048, 2.4 GB): when a request would pass
+    that, the table is emptied and refilled with what is asked (processing a frame costs ~2 ms on
+    CPU, the model far more). A whole-catalog :meth:`fill` is never capped.
     """
 
-    def __init__(self, catalog: FrameCatalog, image_processor: Any, device: str | torch.device, dtype=torch.bfloat16):
+    CPU_MAX_FRAMES = 2048
+
+    def __init__(self, catalog: FrameCatalog, image_processor: Any, device: str | torch.device, dtype=torch.bfloat16,
+                 max_frames: int | None = None):
+        """``max_frames``: None for the device's default (CPU_MAX_FRAMES on CPU, no cap on a GPU), 0 for no cap."""
         self.catalog = catalog
+        if max_frames is None:
+            max_frames = self.CPU_MAX_FRAMES if torch.device(device).type == "cpu" else 0
+        self.max_frames = max_frames
         self.image_processor = image_processor
         self.device = torch.device(device)
         self.dtype = dtype
@@ -141,9 +153,15 @@ class FrameBank:
     def fill(self, rows: list[int] | None = None, chunk: int = 128) -> None:
         """Process the given frames (all when None) that are not processed yet."""
         todo = torch.arange(len(self.catalog)) if rows is None else torch.as_tensor(sorted(set(rows)), dtype=torch.long)
-        todo = todo[self.slot[todo] < 0].tolist()
-        if not todo:
+        missing = todo[self.slot[todo] < 0].tolist()
+        if not missing:
             return
+        held = self.pixels.shape[0]
+        if rows is not None and self.max_frames and held and held + len(missing) > self.max_frames:
+            self.slot[:] = -1  # start over with only what this request needs
+            self.pixels = torch.zeros(0, self.patches, self.dim, dtype=self.dtype, device=self.device)
+            missing = todo.tolist()
+        todo = missing
         n0 = self.pixels.shape[0]
         grown = torch.zeros(n0 + len(todo), self.patches, self.dim, dtype=self.dtype, device=self.device)
         grown[:n0] = self.pixels

@@ -51,3 +51,21 @@ def test_fast_forward_equals_hf(setup):
             assert inputs["input_ids"][0].tolist() == enc[i].ids.tolist()
             hf = model(**inputs).logits[0, -1]
             assert (hf - fast_logits[i]).abs().max() < 1e-4
+
+
+def test_frame_bank_cap_starts_over_and_keeps_pixels_exact(setup):
+    """On CPU the bank holds at most max_frames: a request past the cap empties it and refills
+    only what is asked, with the same pixels as an uncapped bank."""
+    processor, _, catalog, _ = setup
+    full = FrameBank(catalog, processor.image_processor, "cpu", dtype=torch.float32, max_frames=0)
+    capped = FrameBank(catalog, processor.image_processor, "cpu", dtype=torch.float32, max_frames=4)
+    assert FrameBank(catalog, processor.image_processor, "cpu").max_frames == FrameBank.CPU_MAX_FRAMES
+    capped.fill([0, 1, 2])
+    assert capped.pixels.shape[0] == 3
+    got = capped[torch.tensor([7, 8])]  # 3 + 2 > 4: starts over with these two
+    assert capped.pixels.shape[0] == 2 and (capped.slot >= 0).sum() == 2
+    assert torch.equal(got, full[torch.tensor([7, 8])])
+    got = capped[torch.tensor([0, 7])]  # one new frame: fits, appended
+    assert capped.pixels.shape[0] == 3 and torch.equal(got, full[torch.tensor([0, 7])])
+    big = capped[torch.arange(10, 16)]  # one request larger than the cap is still served whole
+    assert capped.pixels.shape[0] == 6 and torch.equal(big, full[torch.arange(10, 16)])
