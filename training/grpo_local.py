@@ -376,10 +376,11 @@ def train(cfg: GRPOConfig) -> dict:
         t_roll = time.perf_counter() - t0
         rewards = np.array([e.reward for e in eps])
         adv = group_advantages(rewards, cfg.n_samples_per_prompt)
-        group_means = rewards.reshape(-1, cfg.n_samples_per_prompt).mean(1)
+        groups = rewards.reshape(-1, cfg.n_samples_per_prompt)
+        group_means = groups.mean(1)
         hard.offer(layouts, replays, group_means)
         m = {"batch/replayed": n_replay, "batch/hard_groups": int((group_means <= 0.5).sum()),
-             "batch/zero_adv_groups": int((rewards.reshape(-1, cfg.n_samples_per_prompt).std(1) == 0).sum()),
+             "batch/zero_adv_groups": int((groups.std(1) == 0).sum()),
              "reward/mean": float(rewards.mean()), "episode/avg_turns": float(np.mean([len(e.turns) for e in eps])),
              "timing/rollout_s": round(t_roll, 2)}
         if cfg.greedy_samples_per_prompt:  # greedy on fresh random mazes: a less noisy view than the 64 eval seeds

@@ -1,9 +1,9 @@
 """Pick the best export of one or more GRPO runs (by greedy pass@1, later step on ties).
 
 Usage: ``python -m training.grpo_select [--by-all-tasks] OUT RUN_DIR...``: picks on the eval
-seeds, or with ``--by-all-tasks`` on all 768 tasks (runs made with ``eval_all_tasks``); copies, per run, the best export's
-adapter, the run's metrics/summary and its latest checkpoint into ``OUT/<run name>/``, and
-writes ``OUT/picks.json``. ``python -m training.grpo_select --pack OUT DEST`` packs each pick
+seeds, or with ``--by-all-tasks`` on all 768 tasks (runs made with ``eval_all_tasks``); copies,
+per run, the best export's adapter, the run's metrics/summary and its latest checkpoint into
+``OUT/<run name>/``, and writes ``OUT/picks.json``. ``python -m training.grpo_select --pack OUT DEST`` packs each pick
 into ``DEST/pick_<run name>.tgz`` small enough to come back from the device machine (files of at
 most 16 MiB): a pick whose archive is larger goes without its checkpoint (optimizer state).
 """
