@@ -3,7 +3,8 @@
 Usage: ``python -m training.plots --sft runs/sft/metrics.jsonl --grpo runs/grpo/export/metrics.jsonl
 --out models/curves``; ``python -m training.plots variants DIR`` draws ``DIR/variants.png`` from the
 ``*_metrics.jsonl`` of several GRPO runs (an ablation) in DIR; ``python -m training.plots sweep
-FILE.json`` draws ``FILE.png`` from :mod:`training.task_sweep` results.
+FILE.json`` draws ``FILE.png`` from :mod:`training.task_sweep` results; ``python -m training.plots
+lineage OUT.jsonl METRICS:STEP...`` joins continued runs into one curve (see :func:`lineage`).
 """
 
 from __future__ import annotations
@@ -41,9 +42,27 @@ def curves(sft_metrics: Path, grpo_metrics: Path, selected_step: int | None = No
                        "avg_turns": r.get("episode/avg_turns"), "step_s": r.get("timing/step_s")}
                       for r in grpo if "reward/mean" in r],
             "eval": _evals(grpo),
+            "eval_all_tasks": [{"global_step": r["global_step"], "pass_at_1": r["eval/all_tasks/pass_at_1"]}
+                               for r in grpo if "eval/all_tasks/pass_at_1" in r],
             "variants": {name: _evals(_rows(path)) for name, path in (grpo_extra or {}).items()},
         },
     }
+
+
+def lineage(parts: list[tuple[Path, int]]) -> list[dict]:
+    """One metrics curve for an adapter made by a chain of runs, each continuing the previous
+    run's picked export (``--init-adapter``): every ``(metrics, picked step)`` part up to its pick,
+    its steps shifted to follow the previous part. A continuation's step 0 evaluates the adapter
+    the previous part ended on, so that row is dropped."""
+    out: list[dict] = []
+    offset = 0
+    for i, (path, upto) in enumerate(parts):
+        for r in _rows(path):
+            if r["global_step"] > upto or (i and r["global_step"] == 0):
+                continue
+            out.append({**r, "global_step": r["global_step"] + offset, "part": i})
+        offset += upto
+    return out
 
 
 def _star(ax, rows: list[dict], step_key: str, step: int | None, x: str, y: str, label: str) -> None:
@@ -79,6 +98,9 @@ def plot(data: dict, png: Path) -> None:
     gt, ge = data["grpo"]["train"], data["grpo"]["eval"]
     ax.plot([r["global_step"] for r in gt], [r["reward_mean"] for r in gt], label="train reward (sampled episodes)")
     ax.plot([r["global_step"] for r in ge], [r["pass_at_1"] for r in ge], "o-", label="greedy pass@1, seeds 0..63")
+    if data["grpo"].get("eval_all_tasks"):
+        at = data["grpo"]["eval_all_tasks"]
+        ax.plot([r["global_step"] for r in at], [r["pass_at_1"] for r in at], "s-", ms=4, label="greedy pass@1, all 768 tasks")
     for name, rows in data["grpo"].get("variants", {}).items():
         ax.plot([r["global_step"] for r in rows], [r["pass_at_1"] for r in rows], ".--", lw=1, label=f"pass@1, {name}")
     _star(ax, ge, "global_step", data["grpo"]["selected_step"], "global_step", "pass_at_1", "maze-grpo")
@@ -97,22 +119,31 @@ def _rolling(values: list[float], k: int = 10) -> list[float]:
 
 def plot_variants(folder: Path) -> Path:
     """Greedy pass@1 on seeds 0..63 and greedy reward on the step's fresh random mazes (a
-    10-step rolling mean, where the run logged it) of every ``NAME_metrics.jsonl`` in ``folder``."""
+    10-step rolling mean, where the run logged it) of every ``NAME_metrics.jsonl`` in ``folder``;
+    a third panel has greedy pass@1 on all 768 tasks where runs logged it (``eval_all_tasks``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4))
-    for path in sorted(folder.glob("*_metrics.jsonl")):
-        name, rows = path.name.removesuffix("_metrics.jsonl"), _rows(path)
+    runs = {p.name.removesuffix("_metrics.jsonl"): _rows(p) for p in sorted(folder.glob("*_metrics.jsonl"))}
+    all_tasks = any("eval/all_tasks/pass_at_1" in r for rows in runs.values() for r in rows)
+    fig, axes = plt.subplots(1, 3 if all_tasks else 2, figsize=(18 if all_tasks else 12, 4))
+    a1, a2 = axes[0], axes[1]
+    for name, rows in runs.items():
         ev = _evals(rows)
         (line,) = a1.plot([r["global_step"] for r in ev], [r["pass_at_1"] for r in ev], "o-", ms=3, label=name)
         gr = [r for r in rows if r.get("reward/greedy_mean") is not None]
         if gr:
             a2.plot([r["global_step"] for r in gr], _rolling([r["reward/greedy_mean"] for r in gr]),
                     color=line.get_color(), label=name)
-    for ax, title in ((a1, "greedy pass@1, seeds 0..63"), (a2, "greedy reward, fresh random mazes (10-step mean)")):
+        at = [r for r in rows if "eval/all_tasks/pass_at_1" in r]
+        if at:
+            axes[2].plot([r["global_step"] for r in at], [r["eval/all_tasks/pass_at_1"] for r in at], "o-", ms=3,
+                         color=line.get_color(), label=name)
+    titles = ["greedy pass@1, seeds 0..63", "greedy reward, fresh random mazes (10-step mean)",
+              "greedy pass@1, all 768 tasks"]
+    for ax, title in zip(axes, titles, strict=False):
         ax.axhline(0.9, color="g", ls="--", lw=1, label="90%")
         ax.set_xlabel("GRPO step of the run")
         ax.set_ylim(0.4, 1)
@@ -157,6 +188,10 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(argv) if argv is not None else sys.argv[1:]
     if argv[:1] == ["variants"]:
         plot_variants(Path(argv[1]))
+        return
+    if argv[:1] == ["lineage"]:
+        parts = [(Path(a.rsplit(":", 1)[0]), int(a.rsplit(":", 1)[1])) for a in argv[2:]]
+        Path(argv[1]).write_text("".join(json.dumps(r) + "\n" for r in lineage(parts)))
         return
     if argv[:1] == ["sweep"]:
         plot_sweep(json.loads(Path(argv[1]).read_text()), Path(argv[1]).with_suffix(".png"))

@@ -45,7 +45,13 @@ for stage in "$@"; do
       # shellcheck disable=SC2086
       python3 -m training.grpo_select $by runs/grpo_pick $names
       # On the device machine $OUT comes back: one archive per pick, each under its 16 MiB limit.
-      if [ -n "${OUT:-}" ]; then python3 -m training.grpo_select --pack runs/grpo_pick "$OUT"; fi ;;
+      # Plus one metrics.tgz with every run's metrics and log: the device returns at most 8 files,
+      # so up to 6 runs a call.
+      if [ -n "${OUT:-}" ]; then
+        python3 -m training.grpo_select --pack runs/grpo_pick "$OUT"
+        # shellcheck disable=SC2046
+        tar czf "$OUT/metrics.tgz" $(for d in $names; do echo "$d/export/metrics.jsonl $d.log"; done)
+      fi ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

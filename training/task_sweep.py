@@ -10,6 +10,7 @@ Usage::
 
     python -m training.task_sweep --json models/curves/task_sweep.json   # both models, + task_sweep.png
     python -m training.task_sweep --only maze-grpo --limit 32            # a quick look
+    python -m training.task_sweep --only maze-grpo --json models/curves/task_sweep.json  # replace one row
 """
 
 from __future__ import annotations
@@ -79,10 +80,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
         log.info("%s: all %s | direct %s | detour %s | eval seeds %s (%.0fs)", name, out["all"], out["direct"],
                  out["detour"], out["eval_seeds"], out["seconds"])
     if a.json:
+        results = merge_results(a.json, results)
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(results, indent=1) + "\n")
         plot_sweep(results, a.json.with_suffix(".png"))
     return results
+
+
+def merge_results(path: Path, new: list[dict]) -> list[dict]:
+    """``new`` replaces the rows of the same models in an existing results file; the others stay
+    (``--only maze-grpo`` after a new adapter keeps the base's sweep), in the file's order."""
+    old = json.loads(path.read_text()) if path.exists() else []
+    fresh = {r["model"]: r for r in new}
+    kept = [fresh.pop(r["model"], r) for r in old]
+    return kept + list(fresh.values())
 
 
 if __name__ == "__main__":

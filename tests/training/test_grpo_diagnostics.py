@@ -97,3 +97,39 @@ def test_plot_sweep_draws_the_shipped_sweep(tmp_path):
         assert r["all"]["solved"] == sum(row["solved"] for row in r["rows"])
     png = plot_sweep(results, tmp_path / "sweep.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_lineage_joins_continued_runs_at_their_picks(tmp_path):
+    from training.plots import lineage
+
+    def write(name, steps):
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"global_step": s, "eval/all/pass_at_1": s / 100}) + "\n" for s in steps))
+        return path
+
+    first, second = write("a.jsonl", [0, 5, 10, 15]), write("b.jsonl", [0, 5, 10])
+    rows = lineage([(first, 10), (second, 5)])
+    # the first run up to its pick, then the continuation shifted by 10 without its step 0 (the same adapter)
+    assert [(r["global_step"], r["part"]) for r in rows] == [(0, 0), (5, 0), (10, 0), (15, 1)]
+    assert rows[-1]["eval/all/pass_at_1"] == 0.05
+
+
+def test_shipped_lineage_curve_is_made_from_the_runs_it_names():
+    from training.plots import lineage
+
+    curves = MODELS / "curves"
+    spec = json.loads((curves / "continuations_2026-12-03" / "runs.json").read_text())["lineage"]
+    rows = lineage([(curves / path, step) for path, step in spec])
+    committed = [json.loads(line) for line in (curves / "grpo_lineage_metrics.jsonl").read_text().splitlines()]
+    assert rows == committed
+    assert rows[-1]["global_step"] == sum(step for _, step in spec)
+
+
+def test_task_sweep_json_keeps_the_models_not_swept_again(tmp_path):
+    from training.task_sweep import merge_results
+
+    path = tmp_path / "sweep.json"
+    assert merge_results(path, [{"model": "maze-grpo", "v": 1}]) == [{"model": "maze-grpo", "v": 1}]
+    path.write_text(json.dumps([{"model": "maze-tiny", "v": 0}, {"model": "maze-grpo", "v": 1}]))
+    assert merge_results(path, [{"model": "maze-grpo", "v": 2}]) == [{"model": "maze-tiny", "v": 0},
+                                                                     {"model": "maze-grpo", "v": 2}]
