@@ -2,6 +2,7 @@
 # The GPU pipeline as run on the device machine (one H200): install the carried wheels, build the
 # initial model, check the fast path, train SFT, then GRPO. Stages: check sft grpo (any subset).
 # Results go to runs/; the caller copies what it needs from there. SFT_ARGS adds flags to the SFT run.
+# The wheels it installs come from scripts/gpu_wheels.sh (.whl, carried with the call).
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
