@@ -19,8 +19,13 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _evals(rows: list[dict]) -> list[dict]:
-    return [{"global_step": r["global_step"], "pass_at_1": r["eval/all/pass_at_1"]} for r in rows if "eval/all/pass_at_1" in r]
+SEEDS = "eval/all/pass_at_1"
+ALL_TASKS = "eval/all_tasks/pass_at_1"
+
+
+def _evals(rows: list[dict], metric: str = SEEDS) -> list[dict]:
+    """``(global_step, pass_at_1)`` of the rows that logged ``metric`` (seeds 0..63, or ``ALL_TASKS``)."""
+    return [{"global_step": r["global_step"], "pass_at_1": r[metric]} for r in rows if metric in r]
 
 
 def curves(sft_metrics: Path, grpo_metrics: Path, selected_step: int | None = None, grpo_step: int | None = None,
@@ -42,8 +47,7 @@ def curves(sft_metrics: Path, grpo_metrics: Path, selected_step: int | None = No
                        "avg_turns": r.get("episode/avg_turns"), "step_s": r.get("timing/step_s")}
                       for r in grpo if "reward/mean" in r],
             "eval": _evals(grpo),
-            "eval_all_tasks": [{"global_step": r["global_step"], "pass_at_1": r["eval/all_tasks/pass_at_1"]}
-                               for r in grpo if "eval/all_tasks/pass_at_1" in r],
+            "eval_all_tasks": _evals(grpo, ALL_TASKS),
             "variants": {name: _evals(_rows(path)) for name, path in (grpo_extra or {}).items()},
         },
     }
@@ -127,7 +131,7 @@ def plot_variants(folder: Path) -> Path:
     import matplotlib.pyplot as plt
 
     runs = {p.name.removesuffix("_metrics.jsonl"): _rows(p) for p in sorted(folder.glob("*_metrics.jsonl"))}
-    all_tasks = any("eval/all_tasks/pass_at_1" in r for rows in runs.values() for r in rows)
+    all_tasks = any(_evals(rows, ALL_TASKS) for rows in runs.values())
     fig, axes = plt.subplots(1, 3 if all_tasks else 2, figsize=(18 if all_tasks else 12, 4))
     a1, a2 = axes[0], axes[1]
     for name, rows in runs.items():
@@ -137,9 +141,9 @@ def plot_variants(folder: Path) -> Path:
         if gr:
             a2.plot([r["global_step"] for r in gr], _rolling([r["reward/greedy_mean"] for r in gr]),
                     color=line.get_color(), label=name)
-        at = [r for r in rows if "eval/all_tasks/pass_at_1" in r]
+        at = _evals(rows, ALL_TASKS)
         if at:
-            axes[2].plot([r["global_step"] for r in at], [r["eval/all_tasks/pass_at_1"] for r in at], "o-", ms=3,
+            axes[2].plot([r["global_step"] for r in at], [r["pass_at_1"] for r in at], "o-", ms=3,
                          color=line.get_color(), label=name)
     titles = ["greedy pass@1, seeds 0..63", "greedy reward, fresh random mazes (10-step mean)",
               "greedy pass@1, all 768 tasks"]
@@ -190,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
         plot_variants(Path(argv[1]))
         return
     if argv[:1] == ["lineage"]:
-        parts = [(Path(a.rsplit(":", 1)[0]), int(a.rsplit(":", 1)[1])) for a in argv[2:]]
+        parts = [(Path(path), int(step)) for path, step in (a.rsplit(":", 1) for a in argv[2:])]
         Path(argv[1]).write_text("".join(json.dumps(r) + "\n" for r in lineage(parts)))
         return
     if argv[:1] == ["sweep"]:
