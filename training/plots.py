@@ -14,17 +14,15 @@ import json
 import sys
 from pathlib import Path
 
+from training.grpo_select import SEEDS_METRIC, TASKS_METRIC
+
 
 def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-SEEDS = "eval/all/pass_at_1"
-ALL_TASKS = "eval/all_tasks/pass_at_1"
-
-
-def _evals(rows: list[dict], metric: str = SEEDS) -> list[dict]:
-    """``(global_step, pass_at_1)`` of the rows that logged ``metric`` (seeds 0..63, or ``ALL_TASKS``)."""
+def _evals(rows: list[dict], metric: str = SEEDS_METRIC) -> list[dict]:
+    """``(global_step, pass_at_1)`` of the rows that logged ``metric`` (seeds 0..63, or ``TASKS_METRIC``)."""
     return [{"global_step": r["global_step"], "pass_at_1": r[metric]} for r in rows if metric in r]
 
 
@@ -47,7 +45,7 @@ def curves(sft_metrics: Path, grpo_metrics: Path, selected_step: int | None = No
                        "avg_turns": r.get("episode/avg_turns"), "step_s": r.get("timing/step_s")}
                       for r in grpo if "reward/mean" in r],
             "eval": _evals(grpo),
-            "eval_all_tasks": _evals(grpo, ALL_TASKS),
+            "eval_all_tasks": _evals(grpo, TASKS_METRIC),
             "variants": {name: _evals(_rows(path)) for name, path in (grpo_extra or {}).items()},
         },
     }
@@ -131,7 +129,7 @@ def plot_variants(folder: Path) -> Path:
     import matplotlib.pyplot as plt
 
     runs = {p.name.removesuffix("_metrics.jsonl"): _rows(p) for p in sorted(folder.glob("*_metrics.jsonl"))}
-    all_tasks = any(_evals(rows, ALL_TASKS) for rows in runs.values())
+    all_tasks = any(_evals(rows, TASKS_METRIC) for rows in runs.values())
     fig, axes = plt.subplots(1, 3 if all_tasks else 2, figsize=(18 if all_tasks else 12, 4))
     a1, a2 = axes[0], axes[1]
     for name, rows in runs.items():
@@ -141,7 +139,7 @@ def plot_variants(folder: Path) -> Path:
         if gr:
             a2.plot([r["global_step"] for r in gr], _rolling([r["reward/greedy_mean"] for r in gr]),
                     color=line.get_color(), label=name)
-        at = _evals(rows, ALL_TASKS)
+        at = _evals(rows, TASKS_METRIC)
         if at:
             axes[2].plot([r["global_step"] for r in at], [r["pass_at_1"] for r in at], "o-", ms=3,
                          color=line.get_color(), label=name)
