@@ -43,8 +43,9 @@ from agent.mazes import MazeLayout, detour_moves, generate, generate_from_seed, 
 from training.config_file import load_with_overrides
 from training.demos import read_profile
 from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate
-from training.rollout import Episode, RolloutSettings, Turn, play
+from training.rollout import Episode, RolloutSettings, Turn, play, play_on
 from training.sft import make_codec
+from training.state_groups import branches, pick_states, root_turns
 
 log = logging.getLogger("training.grpo_local")
 
@@ -62,6 +63,8 @@ class GRPOConfig(BaseModel):
     def _greedy_fits(self) -> GRPOConfig:
         if self.greedy_samples_per_prompt >= self.n_samples_per_prompt:
             raise ValueError("greedy_samples_per_prompt must be below n_samples_per_prompt (a group needs sampled members)")
+        if self.state_groups and not self.greedy_samples_per_prompt:
+            raise ValueError("state_groups roots its groups in greedy episodes: set greedy_samples_per_prompt >= 1")
         return self
 
     model_path: str = Field(description="SFT base model folder (policy.model.path)")
@@ -77,6 +80,11 @@ class GRPOConfig(BaseModel):
         "distribution's log-probs: brings the states greedy evaluation reaches into the group (tried "
         "2026-12-03: no gain, see models/MODEL_CARD.md)")
     train_batch_size: int = Field(32, ge=1, description="mazes per step")
+    state_groups: int = Field(
+        0, ge=0, description="groups per step rooted at states of the step's greedy episodes, failed ones first "
+        "(not a SkyRL setting, see training/state_groups.py): state_group_size replies sampled there, each played "
+        "on greedily, the outcome's group advantage given to that one reply")
+    state_group_size: int = Field(8, ge=2, description="sampled replies per state group")
     hard_replay_fraction: float = Field(
         0.0, ge=0, lt=1, description="share of each step's mazes replayed from recent ones whose group solved "
         "at most half (not a SkyRL setting). A maze that needs a detour away from the goal is failed by "
@@ -214,6 +222,15 @@ def loss_items(episodes: list[Episode], advantages: np.ndarray, cfg: GRPOConfig)
             w = 1.0 / (len(kept) * cfg.max_turns * cfg.max_generate_length)
         out.extend((t, a, w) for t in e.turns if t.tokens)
     return out
+
+
+def minibatches(n_episodes: int, n_items: int, per_mini: int) -> list[np.ndarray]:
+    """Indices of each optimizer step: the episodes in order, ``per_mini`` at a time (a maze's group
+    stays together), with the state-group items after them (``n_episodes..n_items-1``) shared out
+    evenly, so every update sees both kinds."""
+    chunks = [np.arange(i, min(i + per_mini, n_episodes)) for i in range(0, n_episodes, per_mini)]
+    extra = np.array_split(np.arange(n_episodes, n_items), len(chunks))
+    return [np.concatenate([c, x]) for c, x in zip(chunks, extra, strict=True)]
 
 
 def _token_logp(logits: torch.Tensor, tgt: torch.Tensor, banned: list[int], temperature: float) -> torch.Tensor:
@@ -387,12 +404,26 @@ def train(cfg: GRPOConfig) -> dict:
         if cfg.greedy_samples_per_prompt:  # greedy on fresh random mazes: a less noisy view than the 64 eval seeds
             fresh = eps[n_replay * cfg.n_samples_per_prompt:]  # replayed hard mazes would bias it down
             m["reward/greedy_mean"] = float(np.mean([e.reward for e in fresh if e.greedy])) if fresh else None
+        loss_eps, loss_adv = eps, adv
+        if cfg.state_groups:
+            tb = time.perf_counter()
+            roots = pick_states(eps, cfg.state_groups, np_rng)
+            model.eval()
+            br = play_on(fast, bank, codec, catalog, branches(roots, cfg.state_group_size), settings, generator=gen, device=device)
+            model.train()
+            br_rewards = np.array([e.reward for e in br])
+            br_groups = br_rewards.reshape(-1, cfg.state_group_size)
+            loss_eps = eps + root_turns(br)
+            loss_adv = np.concatenate([adv, group_advantages(br_rewards, cfg.state_group_size)])
+            m |= {"state_groups/roots": len(roots), "state_groups/failed_roots": sum(not e.success for e, _ in roots),
+                  "state_groups/reward_mean": float(br_rewards.mean()) if len(br) else None,
+                  "state_groups/zero_adv_groups": int((br_groups.std(1) == 0).sum()),
+                  "timing/state_groups_s": round(time.perf_counter() - tb, 2)}
         stats = {"loss": 0.0, "clip_frac": 0.0, "ratio": 0.0, "kl": 0.0}
-        per_mini = cfg.policy_mini_batch_size * cfg.n_samples_per_prompt
         updates = 0
         for _ in range(cfg.update_epochs_per_batch):
-            for i in range(0, len(eps), per_mini):
-                items = loss_items(eps[i : i + per_mini], adv[i : i + per_mini], cfg)
+            for part in minibatches(len(eps), len(loss_eps), cfg.policy_mini_batch_size * cfg.n_samples_per_prompt):
+                items = loss_items([loss_eps[i] for i in part], loss_adv[part], cfg)
                 if not items:
                     continue
                 opt.zero_grad(set_to_none=True)

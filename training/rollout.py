@@ -37,6 +37,7 @@ class Turn:
     frames: list[int]
     tokens: list[int]
     logprobs: list[float]
+    agent: tuple[int, int] | None = None  # where the agent stood when the model saw this prompt
 
 
 @dataclass
@@ -48,6 +49,8 @@ class Episode:
     done: bool = False
     success: bool = False
     greedy: bool = False  # decoded greedily inside a sampled batch (a GRPO group's greedy member)
+    start_turn: int = 0  # turns already played before this episode object began (a branch from a state)
+    branch: bool = False  # first reply sampled, every later one greedy (a state group's member)
 
     @property
     def reward(self) -> float:
@@ -167,17 +170,26 @@ def play(fast: FastQwen3VL, bank: FrameBank, codec: PromptCodec, catalog: FrameC
 
     ``greedy`` (one flag per layout) decodes those episodes greedily inside a sampled batch.
     """
-    device = torch.device(device)
     proto = get_protocol(settings.protocol)
-    history = HistoryPolicy.parse(settings.history)
     episodes = []
     flags = greedy if greedy is not None else [False] * len(layouts)
     for lay, g in zip(layouts, flags, strict=True):
         first = user_message(proto.initial_text(lay.height, lay.width), image_url=frame_url(catalog.row(lay.grid, lay.start, lay.goal)))
         episodes.append(Episode(layout=lay, agent=lay.start, conversation=[first], greedy=g))
+    return play_on(fast, bank, codec, catalog, episodes, settings, generator, device, max_batch)
+
+
+def play_on(fast: FastQwen3VL, bank: FrameBank, codec: PromptCodec, catalog: FrameCatalog, episodes: list[Episode],
+            settings: RolloutSettings, generator: torch.Generator | None = None, device: torch.device | str = "cpu",
+            max_batch: int = 1024) -> list[Episode]:
+    """Play started episodes (fresh ones, or branches from a state) until each stops or reaches
+    ``settings.max_turns`` counted from the maze's start."""
+    device = torch.device(device)
+    proto = get_protocol(settings.protocol)
+    history = HistoryPolicy.parse(settings.history)
     tok = codec.tokenizer
     for _ in range(settings.max_turns):
-        live = [e for e in episodes if not e.done]
+        live = [e for e in episodes if not e.done and e.start_turn + len(e.turns) < settings.max_turns]
         if not live:
             break
         for i in range(0, len(live), max_batch):
@@ -186,10 +198,11 @@ def play(fast: FastQwen3VL, bank: FrameBank, codec: PromptCodec, catalog: FrameC
             prompts = [codec.encode(s) for s in sel]
             frames = [frame_rows(s) for s in sel]
             toks, lps = sample_replies(fast, bank, prompts, frames, codec.eos_id, settings, generator, device,
-                                       banned=codec.banned_ids, greedy_rows=[e.greedy for e in part])
+                                       banned=codec.banned_ids,
+                                       greedy_rows=[e.greedy or (e.branch and bool(e.turns)) for e in part])
             texts = tok.batch_decode(toks, skip_special_tokens=True)
             for e, p, f, t, lp, text in zip(part, prompts, frames, toks, lps, texts):
-                e.turns.append(Turn(p, f, t, lp))
+                e.turns.append(Turn(p, f, t, lp, agent=e.agent))
                 _apply(e, text, proto, catalog)
     for e in episodes:
         e.done = True
