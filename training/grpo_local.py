@@ -6,7 +6,9 @@ scores every episode 1.0 if it stopped on the goal else 0.0, and gives each turn
 the group-relative advantage ``(r - mean_group) / (std_group + 1e-6)``. The policy loss is PPO's
 clipped objective over the reply tokens (token mean), with LoRA (peft) on the text model's
 q/k/v/o/gate/up/down projections only: the vision tower and the base weights stay frozen, which
-is what vLLM can serve as a LoRA adapter.
+is what vLLM can serve as a LoRA adapter. With ``state_groups`` each step adds groups rooted at
+states its greedy episodes reached (:mod:`training.state_groups`): the advantage then lands on the
+one reply that decided the outcome, not on every turn of an episode.
 
 Settings and outputs follow SkyRL's vocabulary and layout:
 
