@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU pipeline as run on the device machine (one H200): install the carried wheels, build the
 # initial model, check the fast path, train SFT, then GRPO. Stages: check sft grpo (any subset).
-# Results go to runs/; the caller copies what it needs from there. SFT_ARGS adds flags to the SFT run.
+# Results go to runs/; the caller copies what it needs from there. SFT_ARGS adds flags to the SFT run,
+# BUILDER_ARGS to the initial model's (e.g. another depth).
 # The wheels it installs come from scripts/gpu_wheels.sh (.whl, carried with the call).
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -9,7 +10,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 nvidia-smi -L
 python3 -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)"
 mkdir -p runs
-[ -d runs/init ] || [ "$1" = grpo ] || python3 -m training.model_builder --out runs/init --seed 0 2>&1 | tail -2
+[ -d runs/init ] || [ "$1" = grpo ] || python3 -m training.model_builder --out runs/init --seed 0 ${BUILDER_ARGS:-} 2>&1 | tail -2
 for stage in "$@"; do
   case "$stage" in
     check) python3 -m training.gpu_check runs/init 2>&1 | grep -v Warning ;;
