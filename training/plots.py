@@ -157,6 +157,34 @@ def plot_variants(folder: Path) -> Path:
     return png
 
 
+def plot_sft_runs(folder: Path) -> Path:
+    """Every ``sft_NAME.jsonl`` (training.sft metrics) in ``folder``: the greedy solve rate on seeds
+    0..63 and the reply-action accuracy on the training batches, both against samples seen."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4))
+    for path in sorted(folder.glob("sft_*.jsonl")):
+        rows, name = _rows(path), path.stem.removeprefix("sft_")
+        ev = [r for r in rows if r.get("kind") == "eval"]
+        tr = [r for r in rows if r.get("kind") == "train" and r["step"] > 1]
+        (line,) = a1.plot([r["samples"] / 1e3 for r in ev], [r["solve_rate_fast"] for r in ev], "o-", ms=3, label=name)
+        a2.plot([r["samples"] / 1e3 for r in tr], [r["action_acc"] for r in tr], color=line.get_color(), label=name)
+    a1.axhspan(0.35, 0.55, color="0.9", label="base band")
+    a1.axhline(0.9, color="g", ls="--", lw=1, label="90%")
+    a1.set_title("greedy solve rate, seeds 0..63")
+    a2.set_title("reply action accuracy, training batches")
+    for ax in (a1, a2):
+        ax.set_xlabel("samples (thousands) of the run")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = folder / "sft_runs.png"
+    fig.savefig(png, dpi=100)
+    return png
+
+
 def plot_sweep(results: list[dict], png: Path) -> Path:
     """Grouped bars of :mod:`training.task_sweep` results: each model's greedy solve rate on the
     eval seeds, on all tasks, and on the direct and detour tasks."""
@@ -190,6 +218,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(argv) if argv is not None else sys.argv[1:]
     if argv[:1] == ["variants"]:
         plot_variants(Path(argv[1]))
+        return
+    if argv[:1] == ["sft-runs"]:
+        plot_sft_runs(Path(argv[1]))
         return
     if argv[:1] == ["lineage"]:
         parts = [(Path(path), int(step)) for path, step in (a.rsplit(":", 1) for a in argv[2:])]

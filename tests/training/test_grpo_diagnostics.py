@@ -9,7 +9,7 @@ import pytest
 
 from agent.mazes import MazeLayout, detour_moves, grid_from_rows
 from training.group_signal import measure
-from training.plots import plot_variants
+from training.plots import plot_sft_runs, plot_variants
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 
@@ -45,6 +45,15 @@ def test_plot_variants_draws_every_run_in_the_folder(tmp_path):
         (tmp_path / f"{name}_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     png = plot_variants(tmp_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_plot_sft_runs_reads_eval_and_train_rows(tmp_path):
+    rows = [{"kind": "train", "step": s, "samples": 512 * s, "action_acc": 0.5 + s / 100} for s in (1, 20, 40)]
+    rows += [{"kind": "eval", "step": s, "samples": 512 * s, "solve_rate_fast": 0.3 + s / 100} for s in (20, 40)]
+    (tmp_path / "sft_run.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "x_metrics.jsonl").write_text("not an SFT file, not read\n")
+    png = plot_sft_runs(tmp_path)
+    assert png.name == "sft_runs.png" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
 @pytest.mark.slow
