@@ -85,7 +85,8 @@ class GRPOConfig(BaseModel):
     state_groups: int = Field(
         0, ge=0, description="groups per step rooted at states of the step's greedy episodes, failed ones first "
         "(not a SkyRL setting, see training/state_groups.py): state_group_size replies sampled there, each played "
-        "on greedily, the outcome's group advantage given to that one reply")
+        "on greedily, the outcome's group advantage given to that one reply (tried 2026-12-03: 94% of the groups were all "
+        "failures, no gain, see models/MODEL_CARD.md item 10)")
     state_group_size: int = Field(8, ge=2, description="sampled replies per state group")
     hard_replay_fraction: float = Field(
         0.0, ge=0, lt=1, description="share of each step's mazes replayed from recent ones whose group solved "
