@@ -35,6 +35,8 @@ import logging
 import random
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -200,6 +202,21 @@ class HardMazes:
                 self.queue.append((lay, k))
 
 
+@contextmanager
+def eval_mode(model) -> Iterator[None]:
+    """The model in eval mode for a rollout, back in train mode afterwards (also on an error)."""
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train()
+
+
+def flat_groups(rewards: np.ndarray, n: int) -> int:
+    """Groups of ``n`` consecutive episodes with one reward throughout: zero advantage, no signal."""
+    return int((rewards.reshape(-1, n).std(1) == 0).sum())
+
+
 def group_advantages(rewards: np.ndarray, n: int) -> np.ndarray:
     """(r - group mean) / (group std + 1e-6); groups are consecutive runs of ``n`` episodes."""
     g = rewards.reshape(-1, n)
@@ -283,10 +300,9 @@ def evaluate(fast, bank, codec, catalog, cfg: GRPOConfig, profile: dict, device)
                                history=profile["history"], protocol=profile["protocol"])
     layouts = [generate_from_seed(7, 7, s) for s in range(cfg.eval_seeds)]
     tasks = catalog.tasks() if cfg.eval_all_tasks else []
-    fast.model.eval()
-    eps = play(fast, bank, codec, catalog, layouts, settings, device=device)
-    task_eps = play(fast, bank, codec, catalog, tasks, settings, device=device) if tasks else []
-    fast.model.train()
+    with eval_mode(fast.model):
+        eps = play(fast, bank, codec, catalog, layouts, settings, device=device)
+        task_eps = play(fast, bank, codec, catalog, tasks, settings, device=device) if tasks else []
     rows = [{"seed": s, "score": e.reward, "success": e.success, "turns": len(e.turns),
              "replies": [m["content"] for m in e.conversation if m["role"] == "assistant"]}
             for s, e in enumerate(eps)]
@@ -391,17 +407,15 @@ def train(cfg: GRPOConfig) -> dict:
         replays = [k for _, k in replayed] + [0] * (cfg.train_batch_size - n_replay)
         group = [lay for lay in layouts for _ in range(cfg.n_samples_per_prompt)]
         greedy = [i % cfg.n_samples_per_prompt < cfg.greedy_samples_per_prompt for i in range(len(group))]
-        model.eval()
-        eps: list[Episode] = play(fast, bank, codec, catalog, group, settings, generator=gen, device=device, greedy=greedy)
-        model.train()
+        with eval_mode(model):
+            eps: list[Episode] = play(fast, bank, codec, catalog, group, settings, generator=gen, device=device, greedy=greedy)
         t_roll = time.perf_counter() - t0
         rewards = np.array([e.reward for e in eps])
         adv = group_advantages(rewards, cfg.n_samples_per_prompt)
-        groups = rewards.reshape(-1, cfg.n_samples_per_prompt)
-        group_means = groups.mean(1)
+        group_means = rewards.reshape(-1, cfg.n_samples_per_prompt).mean(1)
         hard.offer(layouts, replays, group_means)
         m = {"batch/replayed": n_replay, "batch/hard_groups": int((group_means <= 0.5).sum()),
-             "batch/zero_adv_groups": int((groups.std(1) == 0).sum()),
+             "batch/zero_adv_groups": flat_groups(rewards, cfg.n_samples_per_prompt),
              "reward/mean": float(rewards.mean()), "episode/avg_turns": float(np.mean([len(e.turns) for e in eps])),
              "timing/rollout_s": round(t_roll, 2)}
         if cfg.greedy_samples_per_prompt:  # greedy on fresh random mazes: a less noisy view than the 64 eval seeds
@@ -411,16 +425,15 @@ def train(cfg: GRPOConfig) -> dict:
         if cfg.state_groups:
             tb = time.perf_counter()
             roots = pick_states(eps, cfg.state_groups, np_rng)
-            model.eval()
-            br = play_on(fast, bank, codec, catalog, branches(roots, cfg.state_group_size), settings, generator=gen, device=device)
-            model.train()
+            with eval_mode(model):
+                br = play_on(fast, bank, codec, catalog, branches(roots, cfg.state_group_size), settings,
+                             generator=gen, device=device)
             br_rewards = np.array([e.reward for e in br])
-            br_groups = br_rewards.reshape(-1, cfg.state_group_size)
             loss_eps = eps + root_turns(br)
             loss_adv = np.concatenate([adv, group_advantages(br_rewards, cfg.state_group_size)])
             m |= {"state_groups/roots": len(roots), "state_groups/failed_roots": sum(not e.success for e, _ in roots),
                   "state_groups/reward_mean": float(br_rewards.mean()) if len(br) else None,
-                  "state_groups/zero_adv_groups": int((br_groups.std(1) == 0).sum()),
+                  "state_groups/zero_adv_groups": flat_groups(br_rewards, cfg.state_group_size),
                   "timing/state_groups_s": round(time.perf_counter() - tb, 2)}
         stats = {"loss": 0.0, "clip_frac": 0.0, "ratio": 0.0, "kl": 0.0}
         updates = 0

@@ -17,6 +17,16 @@ from pathlib import Path
 from training.grpo_select import SEEDS_METRIC, TASKS_METRIC
 
 
+def _pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (no display on training or CI machines)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -75,10 +85,7 @@ def _star(ax, rows: list[dict], step_key: str, step: int | None, x: str, y: str,
 
 
 def plot(data: dict, png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     tr, ev = data["sft"]["train"], data["sft"]["eval"]
@@ -123,10 +130,7 @@ def plot_variants(folder: Path) -> Path:
     """Greedy pass@1 on seeds 0..63 and greedy reward on the step's fresh random mazes (a
     10-step rolling mean, where the run logged it) of every ``NAME_metrics.jsonl`` in ``folder``;
     a third panel has greedy pass@1 on all 768 tasks where runs logged it (``eval_all_tasks``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     runs = {p.name.removesuffix("_metrics.jsonl"): _rows(p) for p in sorted(folder.glob("*_metrics.jsonl"))}
     all_tasks = any(_evals(rows, TASKS_METRIC) for rows in runs.values())
@@ -160,10 +164,7 @@ def plot_variants(folder: Path) -> Path:
 def plot_sft_runs(folder: Path) -> Path:
     """Every ``sft_NAME.jsonl`` (training.sft metrics) in ``folder``: the greedy solve rate on seeds
     0..63 and the reply-action accuracy on the training batches, both against samples seen."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4))
     for path in sorted(folder.glob("sft_*.jsonl")):
@@ -188,10 +189,7 @@ def plot_sft_runs(folder: Path) -> Path:
 def plot_sweep(results: list[dict], png: Path) -> Path:
     """Grouped bars of :mod:`training.task_sweep` results: each model's greedy solve rate on the
     eval seeds, on all tasks, and on the direct and detour tasks."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     parts = (("eval_seeds", "eval seeds 0..63"), ("all", "all tasks"), ("direct", "direct tasks"), ("detour", "detour tasks"))
     fig, ax = plt.subplots(figsize=(8, 4))
