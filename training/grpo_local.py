@@ -47,7 +47,8 @@ from agent.mazes import MazeLayout, detour_moves, generate, generate_from_seed, 
 from training.config_file import load_with_overrides
 from training.demos import read_profile
 from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate
-from training.rollout import Episode, RolloutSettings, Turn, play, play_on
+from training.perturbed_starts import perturbed_group
+from training.rollout import Episode, RolloutSettings, Turn, new_episode, play, play_on
 from training.sft import make_codec
 from training.state_groups import branches, pick_states, root_turns
 
@@ -69,6 +70,11 @@ class GRPOConfig(BaseModel):
             raise ValueError("greedy_samples_per_prompt must be below n_samples_per_prompt (a group needs sampled members)")
         if self.state_groups and not self.greedy_samples_per_prompt:
             raise ValueError("state_groups roots its groups in greedy episodes: set greedy_samples_per_prompt >= 1")
+        if self.state_groups and self.perturbed_starts:
+            raise ValueError("state_groups and perturbed_starts cannot be combined (state groups root at turns "
+                             "counted from the maze's start)")
+        if self.hard_replay_fraction + self.perturbed_starts > 1:
+            raise ValueError("hard_replay_fraction + perturbed_starts must be at most 1 (both are shares of train_batch_size)")
         return self
 
     model_path: str = Field(description="SFT base model folder (policy.model.path)")
@@ -96,6 +102,11 @@ class GRPOConfig(BaseModel):
         "nearly every sample, so its group is all zeros and carries no advantage; replaying it gives "
         "exploration more tries. A maze is replayed at most twice, one that cannot be solved within max_turns "
         "never; the buffer is not checkpointed")
+    perturbed_starts: float = Field(
+        0.0, ge=0, le=1, description="share of each step's mazes whose group starts after 1..perturbed_max_moves "
+        "forced random moves (not a SkyRL setting, see training/perturbed_starts.py): the states a wrong turn leads "
+        "to, where greedy evaluation gets stuck, with the same turn limit and reward")
+    perturbed_max_moves: int = Field(3, ge=1, description="most forced moves before a perturbed group's first turn")
     policy_mini_batch_size: int = Field(32, ge=1, description="mazes per optimizer step")
     micro_batch_size: int = Field(1024, ge=1, description="turn samples per forward/backward")
     update_epochs_per_batch: int = Field(1, ge=1)
@@ -405,22 +416,31 @@ def train(cfg: GRPOConfig) -> dict:
         n_replay = len(replayed)
         layouts = [lay for lay, _ in replayed] + [generate(7, 7, np_rng) for _ in range(cfg.train_batch_size - n_replay)]
         replays = [k for _, k in replayed] + [0] * (cfg.train_batch_size - n_replay)
-        group = [lay for lay in layouts for _ in range(cfg.n_samples_per_prompt)]
-        greedy = [i % cfg.n_samples_per_prompt < cfg.greedy_samples_per_prompt for i in range(len(group))]
+        # The last n_pert mazes start a few forced moves in; the rest at the start.
+        n_pert = round(cfg.perturbed_starts * cfg.train_batch_size)
+        n_start = cfg.train_batch_size - n_pert
+        n, n_greedy = cfg.n_samples_per_prompt, cfg.greedy_samples_per_prompt
+        group = [new_episode(lay, catalog, settings.protocol, greedy=i < n_greedy) for lay in layouts[:n_start] for i in range(n)]
+        for lay in layouts[n_start:]:
+            group += perturbed_group(lay, n, cfg.perturbed_max_moves, np_rng, catalog, settings.protocol, greedy=n_greedy)
         with eval_mode(model):
-            eps: list[Episode] = play(fast, bank, codec, catalog, group, settings, generator=gen, device=device, greedy=greedy)
+            eps: list[Episode] = play_on(fast, bank, codec, catalog, group, settings, generator=gen, device=device)
         t_roll = time.perf_counter() - t0
         rewards = np.array([e.reward for e in eps])
-        adv = group_advantages(rewards, cfg.n_samples_per_prompt)
-        group_means = rewards.reshape(-1, cfg.n_samples_per_prompt).mean(1)
-        hard.offer(layouts, replays, group_means)
-        m = {"batch/replayed": n_replay, "batch/hard_groups": int((group_means <= 0.5).sum()),
+        adv = group_advantages(rewards, n)
+        group_means = rewards.reshape(-1, n).mean(1)
+        hard.offer(layouts[:n_start], replays[:n_start], group_means[:n_start])  # a perturbed group's mean is its state's
+        m = {"batch/replayed": n_replay, "batch/hard_groups": int((group_means[:n_start] <= 0.5).sum()),
              "batch/zero_adv_groups": flat_groups(rewards, cfg.n_samples_per_prompt),
              "reward/mean": float(rewards.mean()), "episode/avg_turns": float(np.mean([len(e.turns) for e in eps])),
              "timing/rollout_s": round(t_roll, 2)}
         if cfg.greedy_samples_per_prompt:  # greedy on fresh random mazes: a less noisy view than the 64 eval seeds
-            fresh = eps[n_replay * cfg.n_samples_per_prompt:]  # replayed hard mazes would bias it down
+            fresh = eps[n_replay * n : n_start * n]  # replayed hard mazes would bias it down; perturbed ones are not from the start
             m["reward/greedy_mean"] = float(np.mean([e.reward for e in fresh if e.greedy])) if fresh else None
+        if n_pert:
+            pert = rewards[n_start * n :]
+            m |= {"batch/perturbed": n_pert, "reward/perturbed_mean": float(pert.mean()),
+                  "batch/perturbed_zero_adv_groups": flat_groups(pert, n)}
         loss_eps, loss_adv = eps, adv
         if cfg.state_groups:
             tb = time.perf_counter()

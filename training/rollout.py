@@ -170,13 +170,23 @@ def play(fast: FastQwen3VL, bank: FrameBank, codec: PromptCodec, catalog: FrameC
 
     ``greedy`` (one flag per layout) decodes those episodes greedily inside a sampled batch.
     """
-    proto = get_protocol(settings.protocol)
-    episodes = []
     flags = greedy if greedy is not None else [False] * len(layouts)
-    for lay, g in zip(layouts, flags, strict=True):
-        first = user_message(proto.initial_text(lay.height, lay.width), image_url=frame_url(catalog.row(lay.grid, lay.start, lay.goal)))
-        episodes.append(Episode(layout=lay, agent=lay.start, conversation=[first], greedy=g))
+    episodes = [new_episode(lay, catalog, settings.protocol, greedy=g) for lay, g in zip(layouts, flags, strict=True)]
     return play_on(fast, bank, codec, catalog, episodes, settings, generator, device, max_batch)
+
+
+def new_episode(layout: MazeLayout, catalog: FrameCatalog, protocol: str = "tuple", greedy: bool = False) -> Episode:
+    """An episode at the maze's start: the first user message (instructions and frame), no turns yet."""
+    proto = get_protocol(protocol)
+    first = user_message(proto.initial_text(layout.height, layout.width),
+                         image_url=frame_url(catalog.row(layout.grid, layout.start, layout.goal)))
+    return Episode(layout=layout, agent=layout.start, conversation=[first], greedy=greedy)
+
+
+def force_reply(e: Episode, text: str, catalog: FrameCatalog, protocol: str = "tuple") -> None:
+    """Step ``e`` with a reply the policy did not choose (it joins the conversation, not the turns)."""
+    _apply(e, text, get_protocol(protocol), catalog)
+    e.start_turn += 1
 
 
 def play_on(fast: FastQwen3VL, bank: FrameBank, codec: PromptCodec, catalog: FrameCatalog, episodes: list[Episode],
