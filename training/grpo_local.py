@@ -49,6 +49,7 @@ from training.demos import read_profile
 from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate
 from training.perturbed_starts import perturbed_group
 from training.rollout import Episode, RolloutSettings, Turn, new_episode, play, play_on
+from training.schedules import Schedule, lr_factor
 from training.sft import make_codec
 from training.state_groups import branches, pick_states, root_turns
 
@@ -111,6 +112,8 @@ class GRPOConfig(BaseModel):
     micro_batch_size: int = Field(1024, ge=1, description="turn samples per forward/backward")
     update_epochs_per_batch: int = Field(1, ge=1)
     lr: float = Field(5e-4, gt=0)
+    scheduler: Schedule = Field("constant", description="constant, or cosine from lr to 0 at max_steps "
+                                "(trainer.policy.optimizer_config.scheduler in SkyRL, which names its own kinds)")
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     eps_clip_low: float = Field(0.2, ge=0)
@@ -412,6 +415,8 @@ def train(cfg: GRPOConfig) -> dict:
     while step < cfg.max_steps and time.perf_counter() - t_start < cfg.max_minutes * 60:
         step += 1
         t0 = time.perf_counter()
+        for g in opt.param_groups:  # from the global step, so a resumed run keeps its place on the schedule
+            g["lr"] = cfg.lr * lr_factor(step - 1, cfg.scheduler, 0, cfg.max_steps)
         replayed = hard.take(int(cfg.hard_replay_fraction * cfg.train_batch_size))
         n_replay = len(replayed)
         layouts = [lay for lay, _ in replayed] + [generate(7, 7, np_rng) for _ in range(cfg.train_batch_size - n_replay)]
@@ -475,6 +480,7 @@ def train(cfg: GRPOConfig) -> dict:
         # Means over this step's optimizer updates (they were summed before, reading as ratio ~4).
         m |= {f"policy/{k}": round(v / max(updates, 1), 5) for k, v in stats.items()}
         m["policy/updates"] = updates
+        m["policy/lr"] = opt.param_groups[0]["lr"]
         m["timing/step_s"] = round(time.perf_counter() - t0, 2)
         if step % cfg.eval_interval == 0:
             m |= do_eval(step)

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from training.config_file import load_with_overrides
 from training.demos import DemoConfig, demo_stream, write_profile
 from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog, PromptCodec, collate, frame_rows
+from training.schedules import Schedule, lr_factor
 
 log = logging.getLogger("training.sft")
 
@@ -54,6 +55,7 @@ class SFTConfig(BaseModel):
     lr: float = Field(1e-3, gt=0, description="peak AdamW learning rate")
     weight_decay: float = Field(0.0, ge=0)
     warmup_steps: int = Field(100, ge=0)
+    lr_schedule: Schedule = Field("constant", description="after warm-up: constant, or cosine to 0 at max_steps")
     grad_clip: float = Field(1.0, gt=0)
     max_steps: int = Field(4000, ge=1)
     max_minutes: float = Field(8.0, gt=0, description="wall-clock budget for the training loop")
@@ -173,7 +175,7 @@ def train(cfg: SFTConfig) -> dict:
 
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95),
                             fused=device.type == "cuda")
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.lr_schedule, cfg.warmup_steps, cfg.max_steps))
     loader = torch.utils.data.DataLoader(DemoBatches(cfg), batch_size=None, num_workers=cfg.num_workers,
                                          pin_memory=device.type == "cuda", persistent_workers=cfg.num_workers > 0,
                                          prefetch_factor=4 if cfg.num_workers else None)
@@ -269,8 +271,8 @@ def train(cfg: SFTConfig) -> dict:
             shutil.rmtree(sel)
         shutil.copytree(best["path"], sel)
         summary["selected"] = best
-    else:
-        save_model_folder(model, cfg.init_dir, out / "last", {"step": step, "samples": samples})
+    # The final weights too (a continuation past the band is judged by them).
+    save_model_folder(model, cfg.init_dir, out / "last", {"step": step, "samples": samples, "last_fast_rate": rate})
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     log.info("summary %s", summary)
     metrics_f.close()
@@ -290,6 +292,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument("--" + name.replace("_", "-"), type=float)
     parser.add_argument("--device")
     parser.add_argument("--select", choices=["closest", "last"])
+    parser.add_argument("--lr-schedule", choices=["constant", "cosine"])
     parser.add_argument("--no-stop-above-band", dest="stop_above_band", action="store_false", default=None)
     parser.add_argument("--resume", action="store_true", default=None)
     parser.add_argument("--no-runner-confirm", dest="confirm_with_runner", action="store_false", default=None)

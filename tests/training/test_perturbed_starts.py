@@ -43,9 +43,9 @@ def test_perturbed_episode_stands_where_the_moves_led():
     assert len(conv) == 1 + 2 * 3 and [m["content"] for m in conv[1::2]] == ["('move', 0)", "('move', 0)", "('move', 3)"]
     proto = get_protocol("tuple")
     assert proto.parse(conv[1]["content"]) == ("move", 0)
-    last_image = [p for p in conv[-1]["content"] if p["type"] == "image_url"][0]["image_url"]["url"]
+    last_image = next(p for p in conv[-1]["content"] if p["type"] == "image_url")["image_url"]["url"]
     assert last_image == frame_url(catalog.row(lay.grid, (1, 3), lay.goal))
-    assert "wall" in [p for p in conv[-1]["content"] if p["type"] == "text"][0]["text"]
+    assert "wall" in next(p for p in conv[-1]["content"] if p["type"] == "text")["text"]
 
 
 def test_perturbed_group_shares_one_state_in_separate_copies():
@@ -93,12 +93,15 @@ def test_forcing_the_greedy_moves_replays_the_greedy_episode():
 
 @pytest.mark.slow
 def test_grpo_with_perturbed_starts_logs_them(tmp_path):
+    """Two steps with perturbed groups, on a cosine schedule over those two steps."""
     cfg = GRPOConfig(model_path=str(TINY), ckpt_path=str(tmp_path / "ckpt"), export_path=str(tmp_path / "export"),
                      train_batch_size=2, n_samples_per_prompt=2, policy_mini_batch_size=2, max_turns=12,
-                     max_generate_length=8, eval_before_train=False, eval_interval=10, max_steps=1,
-                     greedy_samples_per_prompt=1, perturbed_starts=0.5, temperature=1.5)
+                     max_generate_length=8, eval_before_train=False, eval_interval=10, max_steps=2,
+                     greedy_samples_per_prompt=1, perturbed_starts=0.5, temperature=1.5, scheduler="cosine", lr=1e-3)
     grpo_train(cfg)
-    (row,) = [json.loads(x) for x in (tmp_path / "export" / "metrics.jsonl").read_text().splitlines()]
-    assert row["batch/perturbed"] == 1 and 0 <= row["reward/perturbed_mean"] <= 1
-    assert row["batch/perturbed_zero_adv_groups"] in (0, 1) and 0 <= row["reward/greedy_mean"] <= 1
-    assert Path(tmp_path / "export" / "global_step_1" / "policy" / "adapter_model.safetensors").exists()
+    rows = [json.loads(x) for x in (tmp_path / "export" / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        assert row["batch/perturbed"] == 1 and 0 <= row["reward/perturbed_mean"] <= 1
+        assert row["batch/perturbed_zero_adv_groups"] in (0, 1) and 0 <= row["reward/greedy_mean"] <= 1
+    assert [r["policy/lr"] for r in rows] == pytest.approx([1e-3, 5e-4])
+    assert Path(tmp_path / "export" / "global_step_2" / "policy" / "adapter_model.safetensors").exists()
