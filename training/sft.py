@@ -56,6 +56,10 @@ class SFTConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     warmup_steps: int = Field(100, ge=0)
     lr_schedule: Schedule = Field("constant", description="after warm-up: constant, or cosine to 0 at max_steps")
+    lora_rank: int | None = Field(
+        None, ge=1, description="train only a LoRA of this rank on the text model's projections (the GRPO adapter's "
+        "parameterization, alpha = rank), not every weight: a probe of what that adapter can learn from labels; "
+        "saved folders hold the merged weights")
     grad_clip: float = Field(1.0, gt=0)
     max_steps: int = Field(4000, ge=1)
     max_minutes: float = Field(8.0, gt=0, description="wall-clock budget for the training loop")
@@ -135,7 +139,10 @@ def save_model_folder(model, init_dir: str | Path, out: str | Path, meta: dict) 
     for f in Path(init_dir).iterdir():
         if f.is_file() and not f.name.endswith(".safetensors") and f.name not in ("config.json",):
             shutil.copy2(f, out / f.name)
-    bf16 = copy.deepcopy(model).to(torch.bfloat16)
+    bf16 = copy.deepcopy(model)
+    if hasattr(bf16, "merge_and_unload"):  # a LoRA probe (lora_rank): save plain weights
+        bf16 = bf16.merge_and_unload()
+    bf16 = bf16.to(torch.bfloat16)
     bf16.save_pretrained(out, safe_serialization=True)
     write_profile(out)
     (out / "training_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -160,6 +167,13 @@ def train(cfg: SFTConfig) -> dict:
     device = torch.device(cfg.device)
     processor = AutoProcessor.from_pretrained(cfg.init_dir)
     model = Qwen3VLForConditionalGeneration.from_pretrained(cfg.init_dir, dtype=torch.float32).to(device)
+    if cfg.lora_rank:
+        from peft import LoraConfig, get_peft_model
+
+        from training.grpo_local import LORA_TARGETS
+
+        model = get_peft_model(model, LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_rank, lora_dropout=0.0,
+                                                 bias="none", target_modules=LORA_TARGETS))
     model.train()
     catalog = FrameCatalog(7)
     bank = FrameBank(catalog, processor.image_processor, device,
@@ -173,7 +187,7 @@ def train(cfg: SFTConfig) -> dict:
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model %.2fM params; config %s", n_params / 1e6, cfg.model_dump_json())
 
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95),
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95),
                             fused=device.type == "cuda")
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.lr_schedule, cfg.warmup_steps, cfg.max_steps))
     loader = torch.utils.data.DataLoader(DemoBatches(cfg), batch_size=None, num_workers=cfg.num_workers,
@@ -285,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", help="YAML/JSON SFTConfig; flags override it")
     parser.add_argument("--init", dest="init_dir", help="model folder to start from")
     parser.add_argument("--out", dest="out_dir")
-    for name in ("seed", "batch_size", "max_steps", "eval_every", "eval_every_near", "eval_seeds", "num_workers",
+    for name in ("seed", "batch_size", "max_steps", "lora_rank", "eval_every", "eval_every_near", "eval_seeds", "num_workers",
                  "log_every", "warmup_steps"):
         parser.add_argument("--" + name.replace("_", "-"), type=int)
     for name in ("lr", "max_minutes", "stop_rate"):
