@@ -41,6 +41,22 @@ def test_sft_smoke(tmp_path):
     assert sft_train(SFTConfig(out_dir=str(tmp_path / "stop"), max_steps=5, stop_rate=0.0, **kw))["steps"] == 1
 
 
+def test_sft_lora_probe_on_a_cosine_schedule(tmp_path):
+    """lora_rank trains only a LoRA on the text model (vision tower untouched) and saves merged,
+    plain weights; the cosine schedule reaches 0 at max_steps."""
+    kw = {"init_dir": str(TINY), "batch_size": 4, "eval_every": 10, "eval_seeds": 1, "eval_max_turns": 2,
+          "num_workers": 0, "log_every": 1, "confirm_with_runner": False, "stop_above_band": False}
+    sft_train(SFTConfig(out_dir=str(tmp_path / "sft"), max_steps=3, warmup_steps=1, lr=5e-2, lr_schedule="cosine",
+                        lora_rank=4, **kw))
+    rows = [json.loads(x) for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in rows if r["kind"] == "train"] == pytest.approx([5e-2, 2.5e-2, 0.0])
+    with safe_open(str(TINY / "model.safetensors"), "pt") as a, \
+            safe_open(str(tmp_path / "sft" / "last" / "model.safetensors"), "pt") as b:
+        assert set(a.keys()) == set(b.keys())  # merged: no LoRA or peft names
+        changed = {k for k in a.keys() if not torch.equal(a.get_tensor(k), b.get_tensor(k))}  # noqa: SIM118 - safe_open is not iterable
+    assert changed and all(".language_model." in k and k.endswith("proj.weight") for k in changed)
+
+
 def test_grpo_smoke_and_resume(tmp_path):
     kw = {"model_path": str(TINY), "ckpt_path": str(tmp_path / "ckpt"), "export_path": str(tmp_path / "export"),
           "train_batch_size": 1, "n_samples_per_prompt": 2, "policy_mini_batch_size": 1, "max_turns": 2,
