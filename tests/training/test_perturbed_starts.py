@@ -7,12 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from agent.mazes import MOVES, generate_from_seed
 from agent.protocol import get_protocol
 from training.fastpath import FrameCatalog, frame_url
-from training.grpo_local import GRPOConfig, build_policy
+from training.grpo_local import GRPOConfig
 from training.grpo_local import train as grpo_train
 from training.perturbed_starts import perturbed_episode, perturbed_group, random_walk
 from training.rollout import RolloutSettings, play, play_on
@@ -69,15 +68,10 @@ def test_perturbed_starts_config_checks():
 def test_forcing_the_greedy_moves_replays_the_greedy_episode():
     """Forced with the greedy policy's own first moves, a perturbed episode must go on exactly as
     the greedy episode did: the same history, position and turn budget."""
-    from training.fastpath import FastQwen3VL, FrameBank
-    from training.sft import make_codec
+    from training.fast_policy import FastPolicy
 
-    cfg = GRPOConfig(model_path=str(TINY), ckpt_path="c", export_path="e")
-    model, processor = build_policy(cfg, torch.device("cpu"))
-    model.eval()
-    catalog = FrameCatalog(7)
-    bank = FrameBank(catalog, processor.image_processor, torch.device("cpu"), dtype=torch.float32)
-    fast, codec = FastQwen3VL(model, bank.grid_thw), make_codec(processor)
+    pol = FastPolicy.load(TINY)  # the base with a zero LoRA, as GRPO starts
+    fast, bank, codec, catalog = pol.fast, pol.bank, pol.codec, pol.bank.catalog
     settings = RolloutSettings(max_turns=7, temperature=0.0, max_new_tokens=8)
     proto = get_protocol("tuple")
     roots = play(fast, bank, codec, catalog, [generate_from_seed(7, 7, s) for s in (0, 1)], settings)

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from agent.mazes import generate_from_seed
-from training.grpo_local import GRPOConfig, build_policy, minibatches
+from training.grpo_local import GRPOConfig, minibatches
 from training.grpo_local import train as grpo_train
 from training.rollout import Episode, RolloutSettings, Turn, play, play_on
 from training.state_groups import branches, pick_states, root_turns
@@ -59,15 +58,10 @@ def test_minibatches_keep_groups_and_share_out_state_items():
 def test_a_greedy_branch_replays_the_root_episode():
     """All greedy, a branch from turn t must make the root's own later replies and end the same way:
     the prefix, position and turn budget it is given are exactly the root's."""
-    from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog
-    from training.sft import make_codec
+    from training.fast_policy import FastPolicy
 
-    cfg = GRPOConfig(model_path=str(TINY), ckpt_path="c", export_path="e")
-    model, processor = build_policy(cfg, torch.device("cpu"))
-    model.eval()
-    catalog = FrameCatalog(7)
-    bank = FrameBank(catalog, processor.image_processor, torch.device("cpu"), dtype=torch.float32)
-    fast, codec = FastQwen3VL(model, bank.grid_thw), make_codec(processor)
+    pol = FastPolicy.load(TINY)  # the base with a zero LoRA, as GRPO starts
+    fast, bank, codec, catalog = pol.fast, pol.bank, pol.codec, pol.bank.catalog
     settings = RolloutSettings(max_turns=6, temperature=0.0, max_new_tokens=8)
     roots = play(fast, bank, codec, catalog, [generate_from_seed(7, 7, s) for s in (0, 1)], settings)
     pairs = [(e, t) for e in roots for t in (1, len(e.turns) - 1)]
