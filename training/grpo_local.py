@@ -172,20 +172,24 @@ def load_adapter_weights(model, path: Path) -> None:
     set_peft_model_state_dict(model, load_file(str(path / "adapter_model.safetensors")))
 
 
+def lora_config(rank: int, alpha: int, vision: bool = False):
+    """The adapter's parameterization (also :mod:`training.sft`'s ``lora_rank`` probe)."""
+    from peft import LoraConfig
+
+    # The text model's projections: vision modules are named qkv/proj/linear_fc*, so these names
+    # never match the tower (vLLM serves LoRA on the language model only); ``vision`` adds the
+    # tower's for the diagnostic.
+    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, bias="none",
+                      target_modules=LORA_TARGETS + (VISION_LORA_TARGETS if vision else []))
+
+
 def build_policy(cfg: GRPOConfig, device: torch.device):
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
     from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
 
     processor = AutoProcessor.from_pretrained(cfg.model_path)
     base = Qwen3VLForConditionalGeneration.from_pretrained(cfg.model_path, dtype=torch.float32)
-    lora = LoraConfig(
-        r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, bias="none",
-        # The text model's projections: vision modules are named qkv/proj/linear_fc*, so these
-        # names never match the tower (vLLM serves LoRA on the language model only); lora_vision
-        # adds the tower's for the diagnostic.
-        target_modules=LORA_TARGETS + (VISION_LORA_TARGETS if cfg.lora_vision else []),
-    )
-    model = get_peft_model(base, lora).to(device)
+    model = get_peft_model(base, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_vision)).to(device)
     model.peft_config["default"].base_model_name_or_path = "maze-tiny"
     return model, processor
 
@@ -436,7 +440,7 @@ def train(cfg: GRPOConfig) -> dict:
         group_means = rewards.reshape(-1, n).mean(1)
         hard.offer(layouts[:n_start], replays[:n_start], group_means[:n_start])  # a perturbed group's mean is its state's
         m = {"batch/replayed": n_replay, "batch/hard_groups": int((group_means[:n_start] <= 0.5).sum()),
-             "batch/zero_adv_groups": flat_groups(rewards, cfg.n_samples_per_prompt),
+             "batch/zero_adv_groups": flat_groups(rewards, n),
              "reward/mean": float(rewards.mean()), "episode/avg_turns": float(np.mean([len(e.turns) for e in eps])),
              "timing/rollout_s": round(t_roll, 2)}
         if cfg.greedy_samples_per_prompt:  # greedy on fresh random mazes: a less noisy view than the 64 eval seeds

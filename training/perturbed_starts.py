@@ -41,15 +41,8 @@ def perturbed_episode(layout: MazeLayout, moves: list[int], catalog: FrameCatalo
     return e
 
 
-def perturbed_group(
-    layout: MazeLayout,
-    n: int,
-    max_moves: int,
-    rng: np.random.Generator,
-    catalog: FrameCatalog,
-    protocol: str = "tuple",
-    greedy: int = 0,
-) -> list[Episode]:
+def perturbed_group(layout: MazeLayout, n: int, max_moves: int, rng: np.random.Generator, catalog: FrameCatalog,
+                    protocol: str = "tuple", greedy: int = 0) -> list[Episode]:
     """``n`` members at one random state 1..``max_moves`` moves from the start (the first ``greedy`` decode greedily)."""
     root = perturbed_episode(layout, random_walk(layout, int(rng.integers(1, max_moves + 1)), rng), catalog, protocol)
     return [replace(root, conversation=list(root.conversation), turns=[], greedy=i < greedy) for i in range(n)]

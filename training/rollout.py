@@ -165,13 +165,13 @@ class _FullSteps:
 
 def play(fast: FastQwen3VL, bank: FrameBank, codec: PromptCodec, catalog: FrameCatalog, layouts: list[MazeLayout],
          settings: RolloutSettings, generator: torch.Generator | None = None, device: torch.device | str = "cpu",
-         max_batch: int = 1024, greedy: list[bool] | None = None) -> list[Episode]:
+         max_batch: int = 1024) -> list[Episode]:
     """Play one episode per layout to the end; returns them with every turn's tokens.
 
-    ``greedy`` (one flag per layout) decodes those episodes greedily inside a sampled batch.
+    Episodes made by :func:`new_episode` with ``greedy=True`` and played with :func:`play_on`
+    decode greedily inside a sampled batch (a GRPO group's greedy member).
     """
-    flags = greedy if greedy is not None else [False] * len(layouts)
-    episodes = [new_episode(lay, catalog, settings.protocol, greedy=g) for lay, g in zip(layouts, flags, strict=True)]
+    episodes = [new_episode(lay, catalog, settings.protocol) for lay in layouts]
     return play_on(fast, bank, codec, catalog, episodes, settings, generator, device, max_batch)
 
 

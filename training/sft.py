@@ -168,12 +168,11 @@ def train(cfg: SFTConfig) -> dict:
     processor = AutoProcessor.from_pretrained(cfg.init_dir)
     model = Qwen3VLForConditionalGeneration.from_pretrained(cfg.init_dir, dtype=torch.float32).to(device)
     if cfg.lora_rank:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        from training.grpo_local import LORA_TARGETS
+        from training.grpo_local import lora_config
 
-        model = get_peft_model(model, LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_rank, lora_dropout=0.0,
-                                                 bias="none", target_modules=LORA_TARGETS))
+        model = get_peft_model(model, lora_config(cfg.lora_rank, cfg.lora_rank))
     model.train()
     catalog = FrameCatalog(7)
     bank = FrameBank(catalog, processor.image_processor, device,

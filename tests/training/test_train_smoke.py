@@ -16,7 +16,7 @@ from training.demos import read_profile
 from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog
 from training.grpo_local import MARKER, GRPOConfig, build_policy, loss_items, policy_loss
 from training.grpo_local import train as grpo_train
-from training.rollout import RolloutSettings, play
+from training.rollout import RolloutSettings, new_episode, play, play_on
 from training.sft import SFTConfig, make_codec
 from training.sft import train as sft_train
 
@@ -119,8 +119,12 @@ def test_greedy_member_of_a_sampled_group_replays_the_greedy_episode():
     def run(temperature: float, greedy=None):
         settings = RolloutSettings(max_turns=4, temperature=temperature, max_new_tokens=8,
                                    history=profile["history"], protocol=profile["protocol"])
-        return play(fast, bank, codec, bank.catalog, layouts, settings, generator=torch.Generator().manual_seed(0),
-                    device=device, greedy=greedy)
+        gen = torch.Generator().manual_seed(0)
+        if greedy is None:
+            return play(fast, bank, codec, bank.catalog, layouts, settings, generator=gen, device=device)
+        # as grpo_local builds a group: episodes flagged greedy, played with play_on
+        eps = [new_episode(lay, bank.catalog, settings.protocol, greedy=g) for lay, g in zip(layouts, greedy, strict=True)]
+        return play_on(fast, bank, codec, bank.catalog, eps, settings, generator=gen, device=device)
 
     pure = run(0.0)
     mixed = run(3.0, greedy=[True, False, True])
