@@ -11,6 +11,11 @@ random move (wall bumps included) instead of the target, while the target stays 
 from wherever the agent now is. The model thus sees its own earlier mistakes in the history
 window and learns to get back on track, instead of looping between two cells.
 
+Mixed demonstrators (``solver_share`` < 1): each turn's target is, independently, the solver's
+move or the toward-goal heuristic's. Drawn per turn, the history never tells the model which
+demonstrator acts, so where the two disagree it learns both moves with those shares: the greedy
+policy follows the likelier one while the other stays in its sampling distribution.
+
 History policy: ``window:2`` (the current turn plus two earlier ones, the instructions always
 kept). The last two moves and frames are what a small model needs to see where it came from and
 avoid undoing its own move, while prompts stay about 340 tokens (3 images of 49 tokens); the full
@@ -53,6 +58,18 @@ class DemoConfig(BaseModel):
     clean_fraction: float = Field(0.5, ge=0, le=1, description="share of episodes without noise")
     noise_min: float = Field(0.1, ge=0, le=1, description="noisy episodes draw their noise in [min, max]")
     noise_max: float = Field(0.4, ge=0, le=1, description="upper bound of the per-episode noise")
+    solver_share: float = Field(
+        1.0, ge=0, le=1, description="share of turns whose target is the BFS solver's move; the others take the "
+        "toward-goal heuristic's (toward_goal_move), drawn per turn: mixed-quality demonstrations")
+
+
+def toward_goal_move(grid: np.ndarray, agent: tuple[int, int], goal: tuple[int, int]) -> int:
+    """The open move that lands closest to the goal (Manhattan), ties in ``MOVES`` order: a plausible
+    demonstrator that never bumps a wall but takes dead-end branches and cannot detour (alone it
+    solves 26 of the 64 eval seeds and 348 of the 768 tasks within 15 turns)."""
+    open_moves = [(abs(agent[0] + dr - goal[0]) + abs(agent[1] + dc - goal[1]), a)
+                  for a, (dr, dc) in enumerate(MOVES) if grid[agent[0] + dr, agent[1] + dc] != 1]
+    return min(open_moves)[1]
 
 
 @dataclass(frozen=True)
@@ -85,7 +102,12 @@ def demo_episode(layout: MazeLayout, catalog: FrameCatalog, cfg: DemoConfig, noi
     conversation = [user_message(proto.initial_text(size, size), image_url=frame_url(catalog.row(grid, agent, goal)))]
     for _ in range(cfg.max_turns):
         path = shortest_path(grid, agent, goal)
-        target = ("move", path[0]) if path else ("stop", "stop")
+        if not path:
+            target = ("stop", "stop")
+        elif cfg.solver_share < 1 and rng.random() >= cfg.solver_share:
+            target = ("move", toward_goal_move(grid, agent, goal))
+        else:
+            target = ("move", path[0])
         # select() may return the conversation itself, which grows below: keep a copy
         yield Sample(list(history.select(conversation)), proto.format_action(target))
         action = ("move", rng.randrange(4)) if rng.random() < noise else target

@@ -60,6 +60,8 @@ class SFTConfig(BaseModel):
         None, ge=1, description="train only a LoRA of this rank on the text model's projections (the GRPO adapter's "
         "parameterization, alpha = rank), not every weight: a probe of what that adapter can learn from labels; "
         "saved folders hold the merged weights")
+    lora_vision: bool = Field(False, description="with lora_rank, a LoRA on the vision tower too (a diagnostic: "
+                              "vLLM serves LoRA on the language model only)")
     grad_clip: float = Field(1.0, gt=0)
     max_steps: int = Field(4000, ge=1)
     max_minutes: float = Field(8.0, gt=0, description="wall-clock budget for the training loop")
@@ -172,7 +174,7 @@ def train(cfg: SFTConfig) -> dict:
 
         from training.grpo_local import lora_config
 
-        model = get_peft_model(model, lora_config(cfg.lora_rank, cfg.lora_rank))
+        model = get_peft_model(model, lora_config(cfg.lora_rank, cfg.lora_rank, cfg.lora_vision))
     model.train()
     catalog = FrameCatalog(7)
     bank = FrameBank(catalog, processor.image_processor, device,
@@ -306,10 +308,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device")
     parser.add_argument("--select", choices=["closest", "last"])
     parser.add_argument("--lr-schedule", choices=["constant", "cosine"])
+    parser.add_argument("--lora-vision", action="store_true", default=None)
     parser.add_argument("--no-stop-above-band", dest="stop_above_band", action="store_false", default=None)
     parser.add_argument("--resume", action="store_true", default=None)
     parser.add_argument("--no-runner-confirm", dest="confirm_with_runner", action="store_false", default=None)
-    train(load_with_overrides(SFTConfig, vars(parser.parse_args(argv))))
+    parser.add_argument("--solver-share", type=float, help="demo.solver_share: mixed-quality demonstrations")
+    flags = vars(parser.parse_args(argv))
+    share = flags.pop("solver_share")
+    cfg = load_with_overrides(SFTConfig, flags)
+    if share is not None:
+        cfg = cfg.model_copy(update={"demo": cfg.demo.model_copy(update={"solver_share": share})})
+    train(cfg)
 
 
 if __name__ == "__main__":
