@@ -13,7 +13,7 @@ from training.plots import plot_sft_runs, plot_variants
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 
-# seed 30's maze, which maze-grpo fails greedily (it heads right into the dead end at (1, 3)):
+# seed 30's maze (the adapter shipped before 2026-12-04 failed it, heading into the dead end at (1, 3)):
 # the way from (1, 1) to (5, 5) climbs back up two rows in the middle
 DETOUR = ["#######",
           "#...#.#",
@@ -123,13 +123,13 @@ def test_lineage_joins_continued_runs_at_their_picks(tmp_path):
     assert rows[-1]["eval/all/pass_at_1"] == 0.05
 
 
-def test_shipped_lineage_curve_is_made_from_the_runs_it_names():
+def test_previous_lineage_curve_is_made_from_the_runs_it_names():
     from training.plots import lineage
 
     curves = MODELS / "curves"
     spec = json.loads((curves / "continuations_2026-12-03" / "runs.json").read_text())["lineage"]
     rows = lineage([(curves / path, step) for path, step in spec])
-    committed = [json.loads(line) for line in (curves / "grpo_lineage_metrics.jsonl").read_text().splitlines()]
+    committed = [json.loads(line) for line in (curves / "previous_2026-12-03" / "grpo_lineage_metrics.jsonl").read_text().splitlines()]
     assert rows == committed
     assert rows[-1]["global_step"] == sum(step for _, step in spec)
 
