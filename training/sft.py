@@ -32,7 +32,7 @@ from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from training.config_file import load_with_overrides
 from training.demos import DemoConfig, demo_stream, write_profile
@@ -83,6 +83,12 @@ class SFTConfig(BaseModel):
     resume: bool = Field(False, description="continue from {out_dir}/last_state.pt if present")
     num_workers: int = Field(8, ge=0)
     device: str = Field("cpu")
+
+    @model_validator(mode="after")
+    def _vision_needs_rank(self) -> SFTConfig:
+        if self.lora_vision and not self.lora_rank:
+            raise ValueError("lora_vision adds the vision tower to the LoRA probe: set lora_rank too")
+        return self
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -316,8 +322,8 @@ def main(argv: list[str] | None = None) -> None:
     flags = vars(parser.parse_args(argv))
     share = flags.pop("solver_share")
     cfg = load_with_overrides(SFTConfig, flags)
-    if share is not None:
-        cfg = cfg.model_copy(update={"demo": cfg.demo.model_copy(update={"solver_share": share})})
+    if share is not None:  # a nested field: validated again, so a share outside [0, 1] is refused
+        cfg = SFTConfig.model_validate(cfg.model_dump() | {"demo": cfg.demo.model_dump() | {"solver_share": share}})
     train(cfg)
 
 

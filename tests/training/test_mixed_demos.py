@@ -3,6 +3,8 @@
 import random
 
 import numpy as np
+import pytest
+from pydantic import ValidationError
 
 from agent.mazes import MOVES, generate, generate_from_seed, shortest_path
 from agent.protocol import get_protocol
@@ -56,3 +58,13 @@ def test_solver_share_draws_the_target_per_turn():
     assert all(t == heur for t, _, heur in _targets(0.0))
     split = [(t == solver) for t, solver, heur in _targets(0.4, 200) if solver != heur]
     assert len(split) > 100 and 0.3 < np.mean(split) < 0.5
+
+
+def test_sft_flags_are_validated_before_training(tmp_path):
+    from training.sft import main
+
+    with pytest.raises(ValidationError, match="solver_share"):
+        main(["--init", "models/maze-tiny", "--out", str(tmp_path), "--solver-share", "1.5"])
+    with pytest.raises(ValidationError, match="set lora_rank too"):
+        main(["--init", "models/maze-tiny", "--out", str(tmp_path), "--lora-vision"])
+    assert not any(tmp_path.iterdir())  # nothing started
