@@ -65,14 +65,16 @@ def lineage(parts: list[tuple[Path, int]]) -> list[dict]:
     """One metrics curve for an adapter made by a chain of runs, each continuing the previous
     run's picked export (``--init-adapter``): every ``(metrics, picked step)`` part up to its pick,
     its steps shifted to follow the previous part. A continuation's step 0 evaluates the adapter
-    the previous part ended on, so that row is dropped."""
+    the previous part ended on, so that row is dropped. A run resumed from a checkpoint logs the
+    steps after it again; the later row of a step is the one that led to the adapter, so it wins."""
     out: list[dict] = []
     offset = 0
     for i, (path, upto) in enumerate(parts):
-        for r in _rows(path):
-            if r["global_step"] > upto or (i and r["global_step"] == 0):
+        latest = {r["global_step"]: r for r in _rows(path)}
+        for step, r in sorted(latest.items()):
+            if step > upto or (i and step == 0):
                 continue
-            out.append({**r, "global_step": r["global_step"] + offset, "part": i})
+            out.append({**r, "global_step": step + offset, "part": i})
         offset += upto
     return out
 
@@ -113,7 +115,8 @@ def plot(data: dict, png: Path) -> None:
     for name, rows in data["grpo"].get("variants", {}).items():
         ax.plot([r["global_step"] for r in rows], [r["pass_at_1"] for r in rows], ".--", lw=1, label=f"pass@1, {name}")
     _star(ax, ge, "global_step", data["grpo"]["selected_step"], "global_step", "pass_at_1", "maze-grpo")
-    ax.axhline(0.95, color="g", ls="--", lw=1, label="95% target")
+    ax.axhline(0.95, color="g", ls="--", lw=1, label="95% goal")
+    ax.axhline(0.90, color="g", ls=":", lw=1, label="90% minimum")
     ax.set_xlabel("GRPO step")
     ax.set_ylim(0, 1)
     ax.set_title("GRPO (LoRA) on maze-tiny")
@@ -127,29 +130,25 @@ def _rolling(values: list[float], k: int = 10) -> list[float]:
 
 
 def plot_variants(folder: Path) -> Path:
-    """Greedy pass@1 on seeds 0..63 and greedy reward on the step's fresh random mazes (a
-    10-step rolling mean, where the run logged it) of every ``NAME_metrics.jsonl`` in ``folder``;
-    a third panel has greedy pass@1 on all 768 tasks where runs logged it (``eval_all_tasks``)."""
+    """One panel per metric the runs logged, for every ``NAME_metrics.jsonl`` in ``folder``: greedy
+    pass@1 on seeds 0..63; greedy reward on each step's fresh random mazes (a 10-step rolling mean,
+    runs with ``greedy_samples_per_prompt``); greedy pass@1 on all 768 tasks (``eval_all_tasks``)."""
     plt = _pyplot()
 
     runs = {p.name.removesuffix("_metrics.jsonl"): _rows(p) for p in sorted(folder.glob("*_metrics.jsonl"))}
-    all_tasks = any(_evals(rows, TASKS_METRIC) for rows in runs.values())
-    fig, axes = plt.subplots(1, 3 if all_tasks else 2, figsize=(18 if all_tasks else 12, 4))
-    a1, a2 = axes[0], axes[1]
-    for name, rows in runs.items():
-        ev = _evals(rows)
-        (line,) = a1.plot([r["global_step"] for r in ev], [r["pass_at_1"] for r in ev], "o-", ms=3, label=name)
-        gr = [r for r in rows if r.get("reward/greedy_mean") is not None]
-        if gr:
-            a2.plot([r["global_step"] for r in gr], _rolling([r["reward/greedy_mean"] for r in gr]),
-                    color=line.get_color(), label=name)
-        at = _evals(rows, TASKS_METRIC)
-        if at:
-            axes[2].plot([r["global_step"] for r in at], [r["pass_at_1"] for r in at], "o-", ms=3,
-                         color=line.get_color(), label=name)
-    titles = ["greedy pass@1, seeds 0..63", "greedy reward, fresh random mazes (10-step mean)",
-              "greedy pass@1, all 768 tasks"]
-    for ax, title in zip(axes, titles, strict=False):
+    series = {  # panel title -> run name -> (steps, values)
+        "greedy pass@1, seeds 0..63": {n: _xy(_evals(rows)) for n, rows in runs.items()},
+        "greedy reward, fresh random mazes (10-step mean)": {n: _greedy_reward(rows) for n, rows in runs.items()},
+        "greedy pass@1, all 768 tasks": {n: _xy(_evals(rows, TASKS_METRIC)) for n, rows in runs.items()},
+    }
+    panels = {title: by_run for title, by_run in series.items() if any(xs for xs, _ in by_run.values())}
+    panels = panels or dict(list(series.items())[:1])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    colors = {name: f"C{i % 10}" for i, name in enumerate(runs)}
+    for ax, (title, by_run) in zip(axes[0], panels.items(), strict=True):
+        for name, (xs, ys) in by_run.items():
+            if xs:
+                ax.plot(xs, ys, "o-" if "pass@1" in title else "-", ms=3, color=colors[name], label=name)
         ax.axhline(0.9, color="g", ls="--", lw=1, label="90%")
         ax.set_xlabel("GRPO step of the run")
         ax.set_ylim(0.4, 1)
@@ -159,6 +158,15 @@ def plot_variants(folder: Path) -> Path:
     png = folder / "variants.png"
     fig.savefig(png, dpi=100)
     return png
+
+
+def _xy(evals: list[dict]) -> tuple[list[int], list[float]]:
+    return [r["global_step"] for r in evals], [r["pass_at_1"] for r in evals]
+
+
+def _greedy_reward(rows: list[dict]) -> tuple[list[int], list[float]]:
+    logged = [r for r in rows if r.get("reward/greedy_mean") is not None]
+    return [r["global_step"] for r in logged], _rolling([r["reward/greedy_mean"] for r in logged])
 
 
 def plot_sft_runs(folder: Path) -> Path:

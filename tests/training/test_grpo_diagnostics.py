@@ -45,6 +45,16 @@ def test_plot_variants_draws_every_run_in_the_folder(tmp_path):
         (tmp_path / f"{name}_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     png = plot_variants(tmp_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert _png_width(png) == 1200  # seeds and greedy reward; no all-task panel, as no run logged it
+
+    for name in ("a", "b"):  # runs that logged only the seed eval get only that panel, not empty ones
+        rows = [{"global_step": 5 * i, "eval/all/pass_at_1": 0.5} for i in range(3)]
+        (tmp_path / f"{name}_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert _png_width(plot_variants(tmp_path)) == 600
+
+
+def _png_width(png) -> int:
+    return int.from_bytes(png.read_bytes()[16:20], "big")  # the IHDR chunk's width field
 
 
 def test_plot_sft_runs_reads_eval_and_train_rows(tmp_path):
@@ -122,6 +132,17 @@ def test_lineage_joins_continued_runs_at_their_picks(tmp_path):
     assert [(r["global_step"], r["part"]) for r in rows] == [(0, 0), (5, 0), (10, 0), (15, 1)]
     assert rows[-1]["eval/all/pass_at_1"] == 0.05
 
+    # a run resumed from its step-5 checkpoint logged steps 6-7 twice: the later rows count, once each
+    resumed = tmp_path / "r.jsonl"
+    resumed.write_text("".join(json.dumps({"global_step": s, "try": t}) + "\n" for s, t in
+                               [(5, 0), (6, 0), (7, 0), (6, 1), (7, 1), (8, 1)]))
+    rows = lineage([(resumed, 8)])
+    assert [(r["global_step"], r["try"]) for r in rows] == [(5, 0), (6, 1), (7, 1), (8, 1)]
+
+
+def _committed(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
 
 def test_previous_lineage_curve_is_made_from_the_runs_it_names():
     from training.plots import lineage
@@ -129,9 +150,24 @@ def test_previous_lineage_curve_is_made_from_the_runs_it_names():
     curves = MODELS / "curves"
     spec = json.loads((curves / "continuations_2026-12-03" / "runs.json").read_text())["lineage"]
     rows = lineage([(curves / path, step) for path, step in spec])
-    committed = [json.loads(line) for line in (curves / "previous_2026-12-03" / "grpo_lineage_metrics.jsonl").read_text().splitlines()]
-    assert rows == committed
+    assert rows == _committed(curves / "previous_2026-12-03" / "grpo_lineage_metrics.jsonl")
     assert rows[-1]["global_step"] == sum(step for _, step in spec)
+
+
+def test_shipped_lineage_curves_are_made_from_the_runs_they_name():
+    from training.plots import lineage
+
+    folder = MODELS / "curves" / "tails_2026-12-04"
+    spec = json.loads((folder / "runs.json").read_text())
+    for name, parts in spec["lineages"].items():
+        rows = lineage([(folder / path, step) for path, step in parts])
+        assert rows == _committed(folder / "lineages" / f"{name}_metrics.jsonl"), name
+        assert len({r["global_step"] for r in rows}) == len(rows), f"{name}: a step twice"
+    # the top-level curve is the shipped adapter's lineage, ending on the step it was exported at
+    shipped = _committed(folder / "lineages" / f"{spec['shipped']}_metrics.jsonl")
+    top = json.loads((MODELS / "curves" / "training_curves.json").read_text())["grpo"]
+    assert top["selected_step"] == shipped[-1]["global_step"]
+    assert top["eval"][-1] == {"global_step": shipped[-1]["global_step"], "pass_at_1": shipped[-1]["eval/all/pass_at_1"]}
 
 
 def test_task_sweep_json_keeps_the_models_not_swept_again(tmp_path):
