@@ -11,10 +11,10 @@ import torch
 from safetensors import safe_open
 
 import training  # noqa: F401 - makes torchvision importable on CPU torch
-from agent.mazes import generate_from_seed
+from agent.mazes import detour_moves, generate, generate_from_seed
 from training.demos import read_profile
 from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog
-from training.grpo_local import MARKER, GRPOConfig, build_policy, loss_items, policy_loss
+from training.grpo_local import MARKER, GRPOConfig, build_policy, fresh_mazes, loss_items, policy_loss
 from training.grpo_local import train as grpo_train
 from training.rollout import RolloutSettings, new_episode, play, play_on
 from training.sft import SFTConfig, make_codec
@@ -156,17 +156,33 @@ def test_grpo_logs_replays_and_group_stats(tmp_path):
     assert all(0 <= r["batch/zero_adv_groups"] <= 2 and 0 <= r["reward/greedy_mean"] <= 1 for r in (first, second))
 
 
+def test_fresh_mazes_puts_detour_mazes_first_at_the_share_asked():
+    def key(m):
+        return m.grid.tobytes(), m.start, m.goal
+
+    # share 0 draws what plain sampling draws, so runs without the option keep their mazes
+    rng_a, rng_b = np.random.default_rng(5), np.random.default_rng(5)
+    assert [key(m) for m in fresh_mazes(12, 0.0, rng_a)] == [key(generate(7, 7, rng_b)) for _ in range(12)]
+    mazes = fresh_mazes(16, 0.5, np.random.default_rng(7))
+    assert len(mazes) == 16 and all(detour_moves(m) > 0 for m in mazes[:8])
+    # about 1 random maze in 9 needs a detour, so without the share few do
+    assert sum(detour_moves(m) > 0 for m in fresh_mazes(400, 0.0, np.random.default_rng(8))) < 100
+
+
 def test_grpo_eval_all_tasks_logs_the_task_rate(tmp_path, monkeypatch):
     """eval_all_tasks adds the all-task metrics next to the eval seeds' (here on the first 6 of the
-    768 tasks: all of them take minutes on CPU)."""
+    768 tasks: all of them take minutes on CPU); detour_share 1 trains on a detour maze."""
     from training.fastpath import FrameCatalog
 
     every = FrameCatalog.tasks
     monkeypatch.setattr(FrameCatalog, "tasks", lambda self: every(self)[:6])
     cfg = GRPOConfig(model_path=str(TINY), ckpt_path=str(tmp_path / "ckpt"), export_path=str(tmp_path / "export"),
                      train_batch_size=1, n_samples_per_prompt=2, policy_mini_batch_size=1, max_turns=2,
-                     max_generate_length=8, eval_seeds=1, max_steps=1, eval_all_tasks=True)
+                     max_generate_length=8, eval_seeds=1, max_steps=1, eval_all_tasks=True, detour_share=1.0)
     summary = grpo_train(cfg)
+    step = next(json.loads(x) for x in (tmp_path / "export" / "metrics.jsonl").read_text().splitlines()
+                if '"batch/detour_mazes"' in x)
+    assert step["batch/detour_mazes"] == 1
     for ev in summary["evals"]:  # before training and after the step
         assert 0.0 <= ev["eval/all_tasks/pass_at_1"] <= 1.0 and "eval/all_tasks/detour_pass_at_1" in ev
     assert [ev["global_step"] for ev in summary["evals"]] == [0, 1]
