@@ -107,7 +107,8 @@ class GRPOConfig(BaseModel):
         0.0, ge=0, le=1, description="share of each step's fresh mazes drawn from those whose optimal path needs a "
         "detour away from the goal (not a SkyRL setting; rejection sampling, about 1 maze in 9 is one). They are "
         "the tasks a tuned adapter still fails most (the shipped one solves 67% of them, 94% of direct ones), so a plain batch "
-        "holds few groups with any advantage on them")
+        "holds few groups with any advantage on them (tried 2026-12-04 from the shipped adapter: 0.25 and 0.5 lifted the detour "
+        "tasks from 59 to 65 and 68 of 88 but cost 8 and 30 direct ones, see models/MODEL_CARD.md, ninth session)")
     perturbed_starts: float = Field(
         0.0, ge=0, le=1, description="share of each step's mazes whose group starts after 1..perturbed_max_moves "
         "forced random moves (not a SkyRL setting, see training/perturbed_starts.py): the states a wrong turn leads "

@@ -178,3 +178,18 @@ def test_task_sweep_json_keeps_the_models_not_swept_again(tmp_path):
     path.write_text(json.dumps([{"model": "maze-tiny", "v": 0}, {"model": "maze-grpo", "v": 1}]))
     assert merge_results(path, [{"model": "maze-grpo", "v": 2}]) == [{"model": "maze-tiny", "v": 0},
                                                                      {"model": "maze-grpo", "v": 2}]
+
+
+def test_unshipped_tails_start_at_the_shipped_adapter_and_none_beat_it():
+    # The ninth session's runs (curves/plateau_2026-12-04) continue the shipped maze-grpo: their
+    # step-0 eval must be its score, and "shipped": null must stay true to their metrics.
+    folder = MODELS / "curves" / "plateau_2026-12-04"
+    spec = json.loads((folder / "runs.json").read_text())
+    assert spec["shipped"] is None
+    shipped = next(s for s in json.loads((MODELS / "scores_hf.json").read_text()) if s["model"] == "maze-grpo")
+    names = [name for call in spec["calls"].values() for name in call["runs"]]
+    assert sorted(names) == sorted(p.name.removesuffix("_metrics.jsonl") for p in folder.glob("*_metrics.jsonl"))
+    for name in names:
+        evals = [r for r in _committed(folder / f"{name}_metrics.jsonl") if "eval/all/pass_at_1" in r]
+        assert evals[0]["global_step"] == 0 and round(evals[0]["eval/all/pass_at_1"] * 64) == shipped["solved"], name
+        assert max(round(r["eval/all/pass_at_1"] * 64) for r in evals) <= shipped["solved"], name
