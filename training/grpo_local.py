@@ -136,7 +136,8 @@ class GRPOConfig(BaseModel):
     max_turns: int = Field(15, ge=1)
     temperature: float = Field(1.0, gt=0)
     max_generate_length: int = Field(12, ge=1, description="reply tokens per turn")
-    lora_rank: int = Field(32, ge=1)
+    lora_rank: int = Field(32, ge=1, description="LoRA rank; an init_adapter of a lower rank is widened to it, "
+                           "same function (the gateway serves ranks up to serving lora.max_rank)")
     lora_alpha: int = Field(32, ge=1)
     lora_vision: bool = Field(
         False, description="diagnostic only: LoRA on the vision tower too (vLLM serves LoRA on the language "
@@ -172,10 +173,48 @@ def save_adapter(model, out: Path, dtype: torch.dtype = torch.bfloat16) -> Path:
 
 
 def load_adapter_weights(model, path: Path) -> None:
-    from peft import set_peft_model_state_dict
+    """Load an adapter folder into ``model``'s LoRA; a lower-rank adapter is widened (see :func:`widen_lora_state`)."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    set_peft_model_state_dict(model, load_file(str(path / "adapter_model.safetensors")))
+    saved = load_file(str(path / "adapter_model.safetensors"))
+    conf = path / "adapter_config.json"
+    current = model.peft_config["default"]
+    if conf.is_file():
+        meta = json.loads(conf.read_text())
+        if meta["r"] != current.r:
+            ratio = (meta["lora_alpha"] / meta["r"]) / (current.lora_alpha / current.r)
+            saved = widen_lora_state(saved, get_peft_model_state_dict(model), ratio)
+            log.info("widened adapter %s from rank %d to %d", path, meta["r"], current.r)
+    set_peft_model_state_dict(model, saved)
+
+
+def widen_lora_state(saved: dict[str, torch.Tensor], target: dict[str, torch.Tensor],
+                     scale_ratio: float) -> dict[str, torch.Tensor]:
+    """``saved`` LoRA weights of rank r placed into ``target``'s larger rank R without changing the function.
+
+    Each module adds ``scale * B @ A``. The first r rows of A are the saved ones, the rest keep the
+    target's fresh init (random, so the new directions get gradients); B's first r columns are the
+    saved ones times ``scale_ratio`` (old scale / new scale), the rest are zero. This lets GRPO
+    continue a trained adapter with more capacity instead of restarting from a zero one.
+    """
+    out = {}
+    for key, value in saved.items():
+        want = target[key]
+        if value.shape == want.shape:
+            out[key] = value * scale_ratio if "lora_B" in key else value
+            continue
+        if "lora_A" in key and value.shape[0] < want.shape[0] and value.shape[1:] == want.shape[1:]:
+            w = want.detach().clone().to(value.dtype)
+            w[: value.shape[0]] = value
+        elif "lora_B" in key and value.shape[1] < want.shape[1] and value.shape[0] == want.shape[0]:
+            w = torch.zeros(want.shape, dtype=value.dtype)
+            w[:, : value.shape[1]] = value * scale_ratio
+        else:
+            raise ValueError(f"adapter weight {key} has shape {tuple(value.shape)}, which cannot be widened "
+                             f"to {tuple(want.shape)} (only a lower rank can be loaded into a higher one)")
+        out[key] = w
+    return out
 
 
 def lora_config(rank: int, alpha: int, vision: bool = False):
