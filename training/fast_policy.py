@@ -7,6 +7,7 @@ LoRA, not merged), the frame bank, the prompt codec and the model's agent profil
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,11 @@ class FastPolicy:
     def load(cls, model_path: str | Path, adapter: str | Path | None = None, device: str = "cpu") -> FastPolicy:
         """The base at ``model_path`` with ``adapter`` (a folder with adapter_model.safetensors) or a zero LoRA."""
         dev = torch.device(device)
-        cfg = GRPOConfig(model_path=str(model_path), ckpt_path="-", export_path="-", device=device)
+        shape = {}
+        if adapter:  # the LoRA is built at the adapter's own rank and scale
+            conf = json.loads((Path(adapter) / "adapter_config.json").read_text())
+            shape = {"lora_rank": conf["r"], "lora_alpha": conf["lora_alpha"]}
+        cfg = GRPOConfig(model_path=str(model_path), ckpt_path="-", export_path="-", device=device, **shape)
         model, processor = build_policy(cfg, dev)
         if adapter:
             load_adapter_weights(model, Path(adapter))

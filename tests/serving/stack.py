@@ -131,7 +131,7 @@ class Stack:
 
     def push(self, folder, name, force=False):
         spec = self.cfg.base_models[0]
-        return self.store.push(folder, name, base=spec.id, base_source=spec.source, max_rank=32, force=force)
+        return self.store.push(folder, name, base=spec.id, base_source=spec.source, max_rank=self.cfg.lora.max_rank, force=force)
 
     def first_logprobs(self, model: str) -> list[tuple[str, float]]:
         resp = self.client.chat.completions.create(model=model, messages=image_messages(), max_tokens=4,

@@ -32,7 +32,7 @@ def test_push_list_rm_with_exit_codes(s3_server, tmp_path):
     ok = run("adapters", "push", str(make_adapter(tmp_path / "a")), "maze-grpo")
     assert ok.exit_code == 0 and "published maze-tiny:maze-grpo version" in ok.output
     assert run("adapters", "push", str(make_adapter(tmp_path / "b", seed=3)), "maze-grpo").exit_code == 4
-    assert run("adapters", "push", str(make_adapter(tmp_path / "c", rank=64)), "big").exit_code == 2
+    assert run("adapters", "push", str(make_adapter(tmp_path / "c", rank=128)), "big").exit_code == 2
     assert run("adapters", "push", str(tmp_path / "a"), "bad/name").exit_code == 2
     listed = run("adapters", "list", "--json")
     assert listed.exit_code == 0 and '"name": "maze-grpo"' in listed.output

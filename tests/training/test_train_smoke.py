@@ -188,16 +188,19 @@ def test_grpo_eval_all_tasks_logs_the_task_rate(tmp_path, monkeypatch):
     assert [ev["global_step"] for ev in summary["evals"]] == [0, 1]
 
 
-@pytest.mark.parametrize("rank,alpha", [(64, 64), (64, 32)])
+@pytest.mark.parametrize("rank,alpha", [(128, 128), (128, 64)])
 def test_a_lower_rank_adapter_is_widened_without_changing_the_policy(rank, alpha):
-    """--init-adapter of the shipped r=32 adapter into a wider LoRA: same logits, and the new
+    """--init-adapter of the shipped adapter into a wider LoRA: same logits, and the new
     directions can train (A's new rows are random, B's new columns zero)."""
     from training.grpo_local import load_adapter_weights
 
     adapter = TINY.parent / "maze-grpo"
+    shipped = json.loads((adapter / "adapter_config.json").read_text())
+    r0 = shipped["r"]
+    assert r0 < rank
     ids = torch.randint(0, 200, (1, 24), generator=torch.Generator().manual_seed(0))
     logits = []
-    for r, a in ((32, 32), (rank, alpha)):
+    for r, a in ((r0, shipped["lora_alpha"]), (rank, alpha)):
         cfg = GRPOConfig(model_path=str(TINY), ckpt_path="c", export_path="e", lora_rank=r, lora_alpha=a)
         model, _ = build_policy(cfg, torch.device("cpu"))
         load_adapter_weights(model, adapter)
@@ -206,8 +209,8 @@ def test_a_lower_rank_adapter_is_widened_without_changing_the_policy(rank, alpha
             logits.append(model(input_ids=ids).logits)
     wide = dict(model.named_parameters())
     a_name = next(n for n in wide if "lora_A" in n)
-    assert wide[a_name].shape[0] == rank and wide[a_name][32:].abs().sum() > 0
-    assert wide[a_name.replace("lora_A", "lora_B")][:, 32:].abs().sum() == 0
+    assert wide[a_name].shape[0] == rank and wide[a_name][r0:].abs().sum() > 0
+    assert wide[a_name.replace("lora_A", "lora_B")][:, r0:].abs().sum() == 0
     assert torch.allclose(logits[0], logits[1], atol=1e-4)
     # and the adapter does move the base: this comparison could fail
     with model.disable_adapter(), torch.no_grad():
