@@ -7,7 +7,6 @@ LoRA, not merged), the frame bank, the prompt codec and the model's agent profil
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import torch
 from agent.mazes import MazeLayout
 from training.demos import read_profile
 from training.fastpath import FastQwen3VL, FrameBank, FrameCatalog, PromptCodec
-from training.grpo_local import GRPOConfig, build_policy, load_adapter_weights
+from training.grpo_local import GRPOConfig, adapter_shape, build_policy, load_adapter_weights
 from training.rollout import Episode, RolloutSettings, play
 from training.sft import make_codec
 
@@ -33,11 +32,9 @@ class FastPolicy:
     def load(cls, model_path: str | Path, adapter: str | Path | None = None, device: str = "cpu") -> FastPolicy:
         """The base at ``model_path`` with ``adapter`` (a folder with adapter_model.safetensors) or a zero LoRA."""
         dev = torch.device(device)
-        shape = {}
-        if adapter:  # the LoRA is built at the adapter's own rank and scale
-            conf = json.loads((Path(adapter) / "adapter_config.json").read_text())
-            shape = {"lora_rank": conf["r"], "lora_alpha": conf["lora_alpha"]}
-        cfg = GRPOConfig(model_path=str(model_path), ckpt_path="-", export_path="-", device=device, **shape)
+        shape = adapter_shape(Path(adapter)) if adapter else None  # the LoRA is built at the adapter's own rank and scale
+        rank = {"lora_rank": shape[0], "lora_alpha": shape[1]} if shape else {}
+        cfg = GRPOConfig(model_path=str(model_path), ckpt_path="-", export_path="-", device=device, **rank)
         model, processor = build_policy(cfg, dev)
         if adapter:
             load_adapter_weights(model, Path(adapter))

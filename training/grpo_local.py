@@ -178,15 +178,24 @@ def load_adapter_weights(model, path: Path) -> None:
     from safetensors.torch import load_file
 
     saved = load_file(str(path / "adapter_model.safetensors"))
-    conf = path / "adapter_config.json"
     current = model.peft_config["default"]
-    if conf.is_file():
-        meta = json.loads(conf.read_text())
-        if meta["r"] != current.r:
-            ratio = (meta["lora_alpha"] / meta["r"]) / (current.lora_alpha / current.r)
-            saved = widen_lora_state(saved, get_peft_model_state_dict(model), ratio)
-            log.info("widened adapter %s from rank %d to %d", path, meta["r"], current.r)
+    shape = adapter_shape(path)
+    if shape and shape[0] != current.r:
+        rank, alpha = shape
+        ratio = (alpha / rank) / (current.lora_alpha / current.r)
+        saved = widen_lora_state(saved, get_peft_model_state_dict(model), ratio)
+        log.info("widened adapter %s from rank %d to %d", path, rank, current.r)
     set_peft_model_state_dict(model, saved)
+
+
+def adapter_shape(path: Path) -> tuple[int, int] | None:
+    """(rank, alpha) from an adapter folder's adapter_config.json; None if it has none (a checkpoint's
+    ``lora_adapter`` holds weights only, at the run's own rank)."""
+    conf = Path(path) / "adapter_config.json"
+    if not conf.is_file():
+        return None
+    meta = json.loads(conf.read_text())
+    return meta["r"], meta["lora_alpha"]
 
 
 def widen_lora_state(saved: dict[str, torch.Tensor], target: dict[str, torch.Tensor],

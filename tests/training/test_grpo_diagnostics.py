@@ -144,6 +144,11 @@ def _committed(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _hf_score(model: str) -> dict:
+    """The shipped model's row of models/scores_hf.json (``python -m training.score``)."""
+    return next(s for s in json.loads((MODELS / "scores_hf.json").read_text()) if s["model"] == model)
+
+
 def test_previous_lineage_curve_is_made_from_the_runs_it_names():
     from training.plots import lineage
 
@@ -175,9 +180,9 @@ def test_top_level_curve_is_the_shipped_adapters_lineage():
     assert top["selected_step"] == shipped[-1]["global_step"]
     assert top["eval"][-1] == {"global_step": shipped[-1]["global_step"], "pass_at_1": shipped[-1]["eval/all/pass_at_1"]}
     # the GPU eval of that export and the CPU score of the shipped file agree on the seeds
-    scored = next(s for s in json.loads((MODELS / "scores_hf.json").read_text()) if s["model"] == "maze-grpo")
+    scored = _hf_score("maze-grpo")
     assert round(shipped[-1]["eval/all/pass_at_1"] * 64) == scored["solved"]
-    # it was picked on all 768 tasks: no later-or-equal export of its last run scored more there
+    # it was picked on all 768 tasks: no export of its last run scored more there
     last_file, last_step = spec["lineages"][spec["shipped"]][-1]
     tasks = {r["global_step"]: r["eval/all_tasks/pass_at_1"] for r in _committed(folder / last_file)
              if "eval/all_tasks/pass_at_1" in r}
@@ -208,5 +213,5 @@ def test_unshipped_tails_start_at_the_adapter_they_continue_and_none_beat_it():
         evals = [r for r in _committed(folder / f"{name}_metrics.jsonl") if "eval/all/pass_at_1" in r]
         assert evals[0]["global_step"] == 0 and round(evals[0]["eval/all/pass_at_1"] * 64) == start, name
         assert max(round(r["eval/all/pass_at_1"] * 64) for r in evals) <= start, name
-    shipped = next(s for s in json.loads((MODELS / "scores_hf.json").read_text()) if s["model"] == "maze-grpo")
+    shipped = _hf_score("maze-grpo")
     assert shipped["solved"] > start
