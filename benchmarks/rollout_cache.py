@@ -22,7 +22,7 @@ import torch
 
 import training  # noqa: F401 - makes torchvision importable on CPU torch
 from agent.mazes import generate_from_seed
-from training.fast_policy import FastPolicy
+from training.tiny.fast_policy import FastPolicy
 
 log = logging.getLogger("bench.rollout_cache")
 MODELS = Path(__file__).resolve().parents[1] / "models"

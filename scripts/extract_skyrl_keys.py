@@ -10,7 +10,7 @@ Usage::
 
     pip download --no-deps skyrl==0.4.0 --python-version 3.12 --only-binary=:all: -d /tmp/skyrl-wheel
     python scripts/extract_skyrl_keys.py /tmp/skyrl-wheel/skyrl-0.4.0-py3-none-any.whl \
-        --out training/skyrl_config_keys_0.4.0.txt
+        --out training/skyrl/skyrl_config_keys_0.4.0.txt
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ one 175x175 PNG against the base model and against `base:adapter`.
     python scripts/serve_smoke.py [--model-dir DIR] [--adapter-dir DIR] [--keep]
 
 Without --model-dir / --adapter-dir a model and an adapter are built into a temporary folder
-(training.model_builder). Prints one JSON summary line (timings, memory, outputs) and exits 0
+(training.tiny.model_builder). Prints one JSON summary line (timings, memory, outputs) and exits 0
 when base and adapter both answer and differ. Ray, Serve and moto are shut down at the end
 (unless --keep, which waits for Ctrl-C first).
 """
@@ -146,7 +146,7 @@ def non_loopback_listeners() -> list[str]:
 def build_assets(workdir: Path, model_dir: Path | None, adapter_dir: Path | None) -> tuple[Path, Path]:
     if model_dir is None or adapter_dir is None:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        from training.model_builder import BuilderConfig, build_model, build_random_lora
+        from training.tiny.model_builder import BuilderConfig, build_model, build_random_lora
 
         if model_dir is None:
             try:

@@ -1,7 +1,7 @@
 """Run a training spec with the project's own GRPO trainer (``maze-train submit --trainer local``).
 
 The Ray job's entrypoint is ``python -m training.local_job <spec as base64 JSON>``: it maps the
-SkyRL-vocabulary spec onto :class:`training.grpo_local.GRPOConfig` and trains on whatever device
+SkyRL-vocabulary spec onto :class:`training.tiny.grpo_local.GRPOConfig` and trains on whatever device
 the job landed on (CUDA if present, else CPU). Checkpoints resume from
 ``{ckpt_path}/latest_ckpt_global_step.txt`` like SkyRL's ``resume_mode=latest``.
 """
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     spec = TrainSpec.model_validate(json.loads(base64.urlsafe_b64decode(args[0])))
     import torch
 
-    from training.grpo_local import GRPOConfig, train
+    from training.tiny.grpo_local import GRPOConfig, train
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     cfg = GRPOConfig.model_validate(to_grpo_config(spec, device))

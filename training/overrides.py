@@ -2,7 +2,7 @@
 
 SkyRL 0.4.0 parses ``key=value`` overrides (OmegaConf dotlist, no ``+`` prefix) into its config
 dataclasses. Every key rendered here is checked against the key list read from the skyrl wheel
-(``training/skyrl_config_keys_0.4.0.txt``) by the tests, and the reference spec's command is
+(``training/skyrl/skyrl_config_keys_0.4.0.txt``) by the tests, and the reference spec's command is
 golden-tested. No I/O here.
 """
 

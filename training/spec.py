@@ -13,9 +13,9 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from agent.config import ConfigModel, EnvId, ProtocolName
-from training.dataset import EVAL_FILE, TRAIN_FILE, DatasetConfig
-from training.skyrl_keys import SKYRL_VERSION, unknown_keys
-from training.skyrl_names import VISGYM_ENV_CLASS
+from training.skyrl.dataset import EVAL_FILE, TRAIN_FILE, DatasetConfig
+from training.skyrl.keys import SKYRL_VERSION, unknown_keys
+from training.skyrl.names import VISGYM_ENV_CLASS
 
 SHARED_ROOT = "/shared/maze-gateway"
 REFERENCE_NAME = "maze-grpo-simple"

@@ -65,7 +65,7 @@ def test_leaderboard_and_compare_after_both_runs(shipped, tmp_path_factory):
 
 
 def test_published_training_export_is_served(shipped, tmp_path):
-    from training.grpo_local import GRPOConfig, train
+    from training.tiny.grpo_local import GRPOConfig, train
 
     export = tmp_path / "export"
     train(GRPOConfig(model_path=str(ROOT / "models" / "maze-tiny"), ckpt_path=str(tmp_path / "ckpt"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.hadolint import assert_hadolint_clean
 from training.k8s import RAY_VERSION
-from training.skyrl_keys import SKYRL_VERSION
+from training.skyrl.keys import SKYRL_VERSION
 from training.spec import TrainSpec
 
 ROOT = Path(__file__).resolve().parents[2]

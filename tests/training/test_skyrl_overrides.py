@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from pydantic import ValidationError
 
 from training.overrides import entrypoint_argv, render_entrypoint, to_skyrl_overrides
-from training.skyrl_keys import key_version, load_keys, unknown_keys
+from training.skyrl.keys import key_version, load_keys, unknown_keys
 from training.spec import TrainSpec
 
 GOLDEN = Path(__file__).parent / "golden" / "reference_entrypoint.txt"
