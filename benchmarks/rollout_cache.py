@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 
-import training  # noqa: F401 - makes torchvision importable on CPU torch
 from agent.mazes import generate_from_seed
 from training.tiny.fast_policy import FastPolicy
 

@@ -20,6 +20,7 @@ import pprint
 from typing import Any
 
 from serving.config import ServingConfig
+from serving.s3 import s3_env
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +45,7 @@ def _deployment_config(cfg: ServingConfig) -> dict[str, Any]:
 
 def llm_config_dicts(cfg: ServingConfig) -> list[dict[str, Any]]:
     """The ``LLMConfig`` of each base model, as plain dicts (what a Serve YAML would hold)."""
-    from serving.embedded import s3_env
-
-    env = {**s3_env(cfg, export=False), **cfg.env}
+    env = {**s3_env(cfg), **cfg.env}
     out = []
     for m in cfg.base_models:
         engine = {
@@ -81,8 +80,6 @@ def llm_config_dicts(cfg: ServingConfig) -> list[dict[str, Any]]:
 
 def serving_args(cfg: ServingConfig) -> dict[str, Any]:
     """``LLMServingArgs`` for ``cfg`` as a dict."""
-    from serving.embedded import s3_env
-
     return {
         "llm_configs": llm_config_dicts(cfg),
         "ingress_cls_config": {
@@ -92,7 +89,7 @@ def serving_args(cfg: ServingConfig) -> dict[str, Any]:
         # num_cpus 0: the ingress is async I/O only, and on a small node the LLM server's
         # placement group takes every CPU (the app would never be scheduled otherwise).
         "ingress_deployment_config": {
-            "ray_actor_options": {"num_cpus": 0, "runtime_env": {"env_vars": s3_env(cfg, export=False)}},
+            "ray_actor_options": {"num_cpus": 0, "runtime_env": {"env_vars": s3_env(cfg)}},
             **({"num_replicas": 1} if _fixed_size(cfg) else {}),
         },
     }

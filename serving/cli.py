@@ -38,9 +38,9 @@ def _config(ctx: click.Context) -> ServingConfig:
 
 
 def _store(cfg: ServingConfig) -> AdapterStore:
-    from serving.embedded import s3_env
+    from serving.s3 import export_s3_env
 
-    s3_env(cfg)  # credentials for a local S3 server when the config points at one
+    export_s3_env(cfg)  # credentials for a local S3 server when the config points at one
     return AdapterStore(cfg.adapters)
 
 

@@ -32,10 +32,10 @@ from pydantic import BaseModel
 from serving import direct_ingress
 from serving.config import REPO_ROOT, ServingConfig
 from serving.errors import ServingError
+from serving.s3 import export_s3_env, is_local, s3_env
 
 log = logging.getLogger(__name__)
 
-LOCAL_S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "maze-local", "AWS_SECRET_ACCESS_KEY": "maze-local"}
 MODELS_DIR = REPO_ROOT / "models"
 READY_TIMEOUT_S = 900.0
 HOST = "127.0.0.1"
@@ -50,26 +50,6 @@ RAY_SERVE_TUNING_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0", "RAY_
 
 class EmbeddedError(ServingError):
     """The embedded stack cannot start (missing model, port taken, app failed)."""
-
-
-def is_local(url: str | None) -> bool:
-    return bool(url) and urlparse(url).hostname in ("127.0.0.1", "localhost", "::1")
-
-
-def s3_env(cfg: ServingConfig, export: bool = True) -> dict[str, str]:
-    """Environment for S3 clients of this config (also set in this process when ``export``).
-
-    A local S3 server accepts any credentials; real S3 uses the normal AWS chain untouched.
-    """
-    env: dict[str, str] = {"AWS_DEFAULT_REGION": cfg.adapters.region}
-    if cfg.adapters.endpoint_url:
-        env["AWS_ENDPOINT_URL_S3"] = cfg.adapters.endpoint_url
-    if is_local(cfg.adapters.endpoint_url):
-        env.update({k: os.environ.get(k, v) for k, v in LOCAL_S3_CREDENTIALS.items()})
-    if export:
-        for k, v in env.items():
-            os.environ.setdefault(k, v)
-    return env
 
 
 class EmbeddedState(BaseModel):
@@ -178,7 +158,7 @@ def start_s3(cfg: ServingConfig, adapters: dict[str, Path] | None = None) -> int
         if proc.poll() is not None or time.monotonic() > deadline:
             raise EmbeddedError(f"moto_server did not start; see {state_dir() / 'logs' / 'moto.log'}")
         time.sleep(0.2)
-    s3_env(cfg)
+    export_s3_env(cfg)
     store = AdapterStore(cfg.adapters)
     store.ensure_bucket()
     base = cfg.base_models[0]
@@ -234,7 +214,7 @@ def _start_ray(cfg: ServingConfig) -> tuple[int, str, str, int]:
            f"--runtime-env-agent-port={_free_port()}"]
     # The ingress settings come from the config alone (after os.environ): they decide which process
     # owns the config's port.
-    env = {**RAY_SERVE_TUNING_ENV, **os.environ, **RAY_ENV, **s3_env(cfg, export=False),
+    env = {**RAY_SERVE_TUNING_ENV, **os.environ, **RAY_ENV, **s3_env(cfg),
            **direct_ingress.ray_env(cfg)}
     with open(state_dir() / "logs" / "ray.log", "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -411,4 +391,4 @@ def wait_for(fn: Callable[[], bool], timeout: float, interval: float = 0.5) -> b
     return False
 
 
-__all__ = ["EmbeddedError", "down", "ensure_embedded_gateway", "s3_env", "start_s3", "status", "stop_s3", "up"]
+__all__ = ["EmbeddedError", "down", "ensure_embedded_gateway", "start_s3", "status", "stop_s3", "up"]

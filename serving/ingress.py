@@ -39,7 +39,6 @@ from starlette.responses import JSONResponse
 
 from serving.adapters import AdapterStore, check_name
 from serving.config import ServingConfig
-from serving.embedded import s3_env
 from serving.errors import (
     AdapterLoadFailed,
     AdapterNotFound,
@@ -51,6 +50,7 @@ from serving.errors import (
 from serving.limits import check_messages
 from serving.metrics import metric, route_of
 from serving.resolver import AdapterResolver
+from serving.s3 import export_s3_env
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class GatewayIngress(OpenAiIngress):
     def __init__(self, llm_deployments, model_cards, *, lora_paths=None, config: dict, **kwargs):
         super().__init__(llm_deployments, model_cards, lora_paths=lora_paths, **kwargs)
         self.cfg = ServingConfig.model_validate(config)
-        s3_env(self.cfg)
+        export_s3_env(self.cfg)
         self.resolver = AdapterResolver(AdapterStore(self.cfg.adapters), self.cfg.adapters.resolve_ttl_s)
         self._created = int(time.time())
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: paths to shared docs and a real scripted OpenAI-compatible server."""
+"""Shared fixtures: the public maze test vectors (tests/data) and a real scripted OpenAI-compatible server."""
 
 from __future__ import annotations
 
@@ -10,13 +10,12 @@ import pytest
 
 from agent.demo import scripted_server
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_DOCS = ROOT.parent / "shared" / "docs"
+DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture(scope="session")
 def vectors() -> list[dict]:
-    return json.loads((SHARED_DOCS / "maze_vectors_public.json").read_text())["cases"]
+    return json.loads((DATA / "maze_vectors_public.json").read_text())["cases"]
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Validate manifests against the KubeRay CRDs in shared/schemas/kuberay (no cluster needed)."""
+"""Validate manifests against the KubeRay CRDs in tests/data/kuberay (no cluster needed)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "schemas" / "kuberay"
+SCHEMAS = Path(__file__).resolve().parent / "data" / "kuberay"
 
 
 def structural_to_jsonschema(node):
@@ -34,10 +34,10 @@ def structural_to_jsonschema(node):
 
 @lru_cache(maxsize=4)
 def crd_validator(filename: str) -> jsonschema.Draft7Validator:
-    """A validator for the v1 schema of ``shared/schemas/kuberay/<filename>``."""
+    """A validator for the v1 schema of ``tests/data/kuberay/<filename>``."""
     path = SCHEMAS / filename
     if not path.exists():
-        pytest.fail(f"KubeRay CRD not found at {path} (shared/ must sit next to the repo)")
+        pytest.fail(f"KubeRay CRD not found at {path}")
     crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     v1 = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
     # No metaschema check of this large schema (seconds): it is KubeRay's, unchanged.

@@ -1,30 +1,65 @@
-"""Training for the embedded maze VLM: model builder, demonstrations, SFT, local GRPO, scoring.
+"""``maze-train``: SkyRL GRPO jobs for the maze agent on any Ray cluster, from one typed spec.
 
-Importing the package makes PyPI's CUDA-only torchvision importable on a CPU torch (the Qwen-VL
-image and video processors import it but need none of its compiled ops); see
-``scripts/torchvision_cpu_fix.py``.
+The launcher: a :class:`TrainSpec` renders the SkyRL job's command with every override
+(:func:`render_entrypoint`), its datasets and its RayCluster/FSx manifests (:func:`render_manifests`);
+:class:`JobClient` submits, follows and stops the job on a cluster (:func:`follow_metrics` turns its
+log into step metrics), and :func:`publish` serves an exported step as a LoRA adapter.
+
+SkyRL's own pieces (the skyrl-gym env, datasets, the job entrypoint, the checked key list) live in
+:mod:`training.skyrl`; :mod:`training.tiny` is the lab that builds and trains the embedded model
+(maze-tiny and its GRPO adapter), reached from here only through the local trainer job
+(:mod:`training.local_job`).
 """
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+import importlib
+from typing import TYPE_CHECKING
 
-_FIX = Path(__file__).resolve().parent.parent / "scripts" / "torchvision_cpu_fix.py"
-# The fix keeps its torch.library.Library in a module global; hold the module so that the
-# schema definitions are not garbage-collected (which would undefine them again).
-_FIX_MODULE = None
+# Public name -> the module that defines it. Imported on first use, so that ``training.tiny`` (the
+# lab) and the job entrypoints do not load the launcher, and ``import training`` stays cheap.
+_EXPORTS = {
+    "ExportStep": "training.checkpoints",
+    "fetch_step": "training.checkpoints",
+    "list_steps": "training.checkpoints",
+    "JobClient": "training.jobs",
+    "JobError": "training.jobs",
+    "JobInfo": "training.jobs",
+    "follow_metrics": "training.jobs",
+    "new_submission_id": "training.jobs",
+    "render_manifests": "training.k8s",
+    "write_manifests": "training.k8s",
+    "local_entrypoint": "training.local_job",
+    "StepMetrics": "training.metrics",
+    "parse_log_lines": "training.metrics",
+    "entrypoint_argv": "training.overrides",
+    "render_entrypoint": "training.overrides",
+    "to_skyrl_overrides": "training.overrides",
+    "Published": "training.publishing",
+    "publish": "training.publishing",
+    "TrainSpec": "training.spec",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from training.checkpoints import ExportStep, fetch_step, list_steps
+    from training.jobs import JobClient, JobError, JobInfo, follow_metrics, new_submission_id
+    from training.k8s import render_manifests, write_manifests
+    from training.local_job import local_entrypoint
+    from training.metrics import StepMetrics, parse_log_lines
+    from training.overrides import entrypoint_argv, render_entrypoint, to_skyrl_overrides
+    from training.publishing import Published, publish
+    from training.spec import TrainSpec
 
 
-def _install_torchvision_fix() -> None:
-    global _FIX_MODULE
-    if not _FIX.exists():
-        return
-    spec = importlib.util.spec_from_file_location("_maze_torchvision_cpu_fix", _FIX)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    module.install()
-    _FIX_MODULE = module
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'training' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
 
 
-_install_torchvision_fix()
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -24,6 +24,7 @@ from PIL import Image
 from serving import embedded
 from serving.adapters import AdapterStore
 from serving.config import REPO_ROOT, ServingConfig
+from serving.s3 import export_s3_env
 
 LAYOUT_ENV = "MAZE_TEST_LAYOUT"  # run the stack tests on the other layout: MAZE_TEST_LAYOUT=standard|colocated
 INGRESS_ENV = "MAZE_TEST_INGRESS"  # and on the other ingress: MAZE_TEST_INGRESS=proxy|direct
@@ -126,7 +127,7 @@ class Stack:
 
     @property
     def store(self) -> AdapterStore:
-        embedded.s3_env(self.cfg)
+        export_s3_env(self.cfg)
         return AdapterStore(self.cfg.adapters)
 
     def push(self, folder, name, force=False):

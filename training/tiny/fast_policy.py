@@ -17,7 +17,7 @@ from training.tiny.demos import read_profile
 from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, PromptCodec
 from training.tiny.grpo_local import GRPOConfig, adapter_shape, build_policy, load_adapter_weights
 from training.tiny.rollout import Episode, RolloutSettings, play
-from training.tiny.sft import make_codec
+from training.tiny.fastpath import make_codec
 
 
 @dataclass

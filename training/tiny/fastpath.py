@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -264,6 +265,14 @@ class PromptCodec:
                 cur += j - i
                 i = j
         return pos, cur
+
+
+def make_codec(processor: Any) -> PromptCodec:
+    """The :class:`PromptCodec` of a Qwen3-VL processor (image tokens from its size and patching)."""
+    ip = processor.image_processor
+    side = ip.size["longest_edge"] if isinstance(ip.size, dict) else ip.size.longest_edge
+    merged = math.isqrt(side) // (ip.patch_size * ip.merge_size)
+    return PromptCodec(processor, merged * merged, merged)
 
 
 # -- batched forward -------------------------------------------------------------------------

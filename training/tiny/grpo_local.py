@@ -46,17 +46,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agent.mazes import MazeLayout, detour_moves, generate, generate_from_seed, shortest_path
 from training.tiny.config_file import load_with_overrides
 from training.tiny.demos import read_profile
-from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate
+from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate, make_codec
+from training.tiny.lora import lora_config
 from training.tiny.perturbed_starts import perturbed_group
 from training.tiny.rollout import Episode, RolloutSettings, Turn, new_episode, play, play_on
 from training.tiny.schedules import Schedule, lr_factor
-from training.tiny.sft import make_codec
 from training.tiny.state_groups import branches, pick_states, root_turns
 
 log = logging.getLogger("training.tiny.grpo_local")
 
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-VISION_LORA_TARGETS = ["qkv", "proj", "linear_fc1", "linear_fc2"]  # the tower's and its mergers' layers
 MARKER = "latest_ckpt_global_step.txt"
 
 
@@ -224,17 +222,6 @@ def widen_lora_state(saved: dict[str, torch.Tensor], target: dict[str, torch.Ten
                              f"to {tuple(want.shape)} (only a lower rank can be loaded into a higher one)")
         out[key] = w
     return out
-
-
-def lora_config(rank: int, alpha: int, vision: bool = False):
-    """The adapter's parameterization (also :mod:`training.tiny.sft`'s ``lora_rank`` probe)."""
-    from peft import LoraConfig
-
-    # The text model's projections: vision modules are named qkv/proj/linear_fc*, so these names
-    # never match the tower (vLLM serves LoRA on the language model only); ``vision`` adds the
-    # tower's for the diagnostic.
-    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, bias="none",
-                      target_modules=LORA_TARGETS + (VISION_LORA_TARGETS if vision else []))
 
 
 def build_policy(cfg: GRPOConfig, device: torch.device):

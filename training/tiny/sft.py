@@ -36,7 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from training.tiny.config_file import load_with_overrides
 from training.tiny.demos import DemoConfig, demo_stream, write_profile
-from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, PromptCodec, collate, frame_rows
+from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate, frame_rows, make_codec
+from training.tiny.lora import lora_config
 from training.tiny.schedules import Schedule, lr_factor
 
 log = logging.getLogger("training.tiny.sft")
@@ -118,13 +119,6 @@ class DemoBatches(torch.utils.data.IterableDataset):
                           [codec.reply_ids(s.target) for s in samples], pad_id=pad)
 
 
-def make_codec(processor) -> PromptCodec:
-    ip = processor.image_processor
-    side = ip.size["longest_edge"] if isinstance(ip.size, dict) else ip.size.longest_edge
-    merged = math.isqrt(side) // (ip.patch_size * ip.merge_size)
-    return PromptCodec(processor, merged * merged, merged)
-
-
 # -- steps -----------------------------------------------------------------------------------
 def sft_loss(fast: FastQwen3VL, bank: FrameBank, batch: dict, device: torch.device) -> tuple[torch.Tensor, dict]:
     """Cross-entropy on the reply tokens, with token and whole-reply accuracy."""
@@ -177,8 +171,6 @@ def train(cfg: SFTConfig) -> dict:
     model = Qwen3VLForConditionalGeneration.from_pretrained(cfg.init_dir, dtype=torch.float32).to(device)
     if cfg.lora_rank:
         from peft import get_peft_model
-
-        from training.tiny.grpo_local import lora_config
 
         model = get_peft_model(model, lora_config(cfg.lora_rank, cfg.lora_rank, cfg.lora_vision))
     model.train()

@@ -7,11 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import training  # noqa: F401 - makes torchvision importable on CPU torch
 from training.tiny.demos import DemoConfig, demo_stream
 from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate, frame_rows, to_openai_messages
 from training.tiny.hf_policy import _images
-from training.tiny.sft import make_codec
+from training.tiny.fastpath import make_codec
 
 TINY = Path(__file__).resolve().parents[3] / "models" / "maze-tiny"
 

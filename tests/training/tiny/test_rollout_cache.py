@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import training  # noqa: F401 - makes torchvision importable on CPU torch
 from agent.mazes import generate_from_seed
 from agent.protocol import assistant_message, get_protocol, user_message
 from training.tiny.fast_policy import FastPolicy

@@ -9,7 +9,6 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import training  # noqa: F401 - makes torchvision importable on CPU torch
 from agent.mazes import generate_from_seed
 from agent.protocol import TUPLE, user_message
 from agent.render import render_frame

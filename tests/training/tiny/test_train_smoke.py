@@ -10,14 +10,14 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import training  # noqa: F401 - makes torchvision importable on CPU torch
 from agent.mazes import detour_moves, generate, generate_from_seed
 from training.tiny.demos import read_profile
 from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog
 from training.tiny.grpo_local import MARKER, GRPOConfig, build_policy, fresh_mazes, loss_items, policy_loss
 from training.tiny.grpo_local import train as grpo_train
 from training.tiny.rollout import RolloutSettings, new_episode, play, play_on
-from training.tiny.sft import SFTConfig, make_codec
+from training.tiny.fastpath import make_codec
+from training.tiny.sft import SFTConfig
 from training.tiny.sft import train as sft_train
 
 TINY = Path(__file__).resolve().parents[3] / "models" / "maze-tiny"
