@@ -8,7 +8,6 @@ count one twice.
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -212,7 +211,3 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True, default=str)

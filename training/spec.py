@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from agent.config import ConfigModel, EnvId, ProtocolName
-from training.skyrl.dataset import EVAL_FILE, TRAIN_FILE, DatasetConfig
+from training.skyrl.dataset import EVAL_FILE, TRAIN_FILE
 from training.skyrl.keys import SKYRL_VERSION, unknown_keys
 from training.skyrl.names import VISGYM_ENV_CLASS
 
@@ -216,16 +216,6 @@ class TrainSpec(SpecModel):
         if self.generation.max_input_length < self.generation.max_prompt_length:
             raise ValueError("generation.max_input_length must be at least max_prompt_length")
         return self
-
-    @property
-    def dataset_config(self) -> DatasetConfig:
-        """What the entrypoint writes when the dataset files are missing."""
-        return DatasetConfig(
-            env_id=self.env.env_id,
-            env_class=self.env.env_class,
-            train_rows=self.data.train_rows,
-            eval_rows=self.data.eval_rows,
-        )
 
 
 __all__ = [
