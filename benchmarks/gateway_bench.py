@@ -36,7 +36,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.serving.stack import dev_assets, free_port, stack_config
+from benchmarks.stack import dev_assets, free_port, stack_config
 
 log = logging.getLogger("gateway_bench")
 MAX_TOKENS = 8

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import cpu_account
 from benchmarks.gateway_bench import maze_png_url, run_load, start_gateway, start_vllm, stop_vllm
-from tests.serving.stack import dev_assets
+from benchmarks.stack import dev_assets
 
 log = logging.getLogger("layout_ab")
 # Gateway targets: (layout, ingress) of the serving config, and extra environment for the Ray

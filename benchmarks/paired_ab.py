@@ -54,7 +54,7 @@ from benchmarks.gateway_bench import (
     stop_vllm,
 )
 from benchmarks.layout_ab import GATEWAYS
-from tests.serving.stack import dev_assets
+from benchmarks.stack import dev_assets
 
 log = logging.getLogger("paired_ab")
 

@@ -91,12 +91,12 @@ def make_adapter(folder: Path, *, rank: int = 8, base: str = "maze-tiny", seed: 
     return folder
 
 
-# -- the real embedded gateway, started once per test run (tests/serving/stack.py) --------------
+# -- the real embedded gateway, started once per test run (benchmarks/stack.py) --------------
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory, monkeypatch_session):
     """The embedded gateway stack (~100 s to start), auth on, small request limits; stopped at the end."""
     from serving import embedded
-    from tests.serving.stack import KEY, KEY_ENV, Stack, dev_assets, stack_config
+    from benchmarks.stack import KEY, KEY_ENV, Stack, dev_assets, stack_config
 
     monkeypatch_session.setenv("MAZE_HOME", str(tmp_path_factory.mktemp("maze-home")))
     monkeypatch_session.setenv(KEY_ENV, f"other-key,{KEY}")

@@ -1,0 +1,1 @@
+"""Benchmarks (scripts writing ``results/*.json``) and the gateway stack support they share with the tests."""
