@@ -1,4 +1,4 @@
-"""The embedded gateway stack for tests and benchmarks: model assets and a test config.
+"""The embedded gateway stack for benchmarks and tests: model assets and a config on free ports.
 
 Uses the delivered ``models/maze-tiny`` (+ ``models/maze-grpo``) when present, else an untrained
 model and random LoRA adapters built with ``training.tiny.model_builder`` into a cache folder
@@ -8,23 +8,13 @@ built there (tests push them during the run).
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
 import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-import numpy as np
-import openai
-from PIL import Image
-
-from serving import embedded
-from serving.adapters import AdapterStore
 from serving.config import REPO_ROOT, ServingConfig
-from serving.s3 import export_s3_env
 
 LAYOUT_ENV = "MAZE_TEST_LAYOUT"  # run the stack tests on the other layout: MAZE_TEST_LAYOUT=standard|colocated
 INGRESS_ENV = "MAZE_TEST_INGRESS"  # and on the other ingress: MAZE_TEST_INGRESS=proxy|direct
@@ -94,47 +84,3 @@ def stack_config(base_dir: Path, *, name: str = "maze-gateway-test", auth_env: s
     if adapters_per_replica:
         d["lora"]["adapters_per_replica"] = adapters_per_replica
     return ServingConfig.model_validate(d)
-
-
-KEY = "sk-test-maze"
-KEY_ENV = "MAZE_TEST_API_KEYS"
-
-
-def png_url(side: int = 64, seed: int = 0, noisy: bool = False) -> str:
-    rng = np.random.default_rng(seed)
-    img = rng.integers(0, 256, (side, side, 3), dtype=np.uint8) if noisy else np.full((side, side, 3), 255, np.uint8)
-    img[side // 2:, side // 2:] = (255, 0, 0) if not noisy else img[side // 2:, side // 2:]
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def image_messages(n_images: int = 1, url: str | None = None) -> list[dict]:
-    parts = [{"type": "text", "text": "You are in a maze. Move?"}]
-    parts += [{"type": "image_url", "image_url": {"url": url or png_url()}} for _ in range(n_images)]
-    return [{"role": "user", "content": parts}]
-
-
-class Stack:
-    """A running embedded stack and authenticated clients for it (the `stack` fixture)."""
-
-    def __init__(self, cfg, assets, base_url):
-        self.cfg, self.assets, self.base_url = cfg, assets, base_url
-        self.root = base_url.removesuffix("/v1")
-        self.base = cfg.base_models[0].id
-        self.client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=120)
-        self.http = httpx.Client(base_url=self.root, headers={"Authorization": f"Bearer {KEY}"}, timeout=120)
-
-    @property
-    def store(self) -> AdapterStore:
-        export_s3_env(self.cfg)
-        return AdapterStore(self.cfg.adapters)
-
-    def push(self, folder, name, force=False):
-        spec = self.cfg.base_models[0]
-        return self.store.push(folder, name, base=spec.id, base_source=spec.source, max_rank=self.cfg.lora.max_rank, force=force)
-
-    def first_logprobs(self, model: str) -> list[tuple[str, float]]:
-        resp = self.client.chat.completions.create(model=model, messages=image_messages(), max_tokens=4,
-                                                   temperature=0, logprobs=True, top_logprobs=5)
-        return [(t.token, round(t.logprob, 4)) for t in resp.choices[0].logprobs.content[0].top_logprobs]

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from serving import embedded
-from benchmarks.stack import KEY, image_messages, png_url  # the `stack` fixture lives in conftest.py
+from tests.serving.stack import KEY, image_messages, png_url  # the `stack` fixture lives in conftest.py
 
 pytestmark = pytest.mark.slow
 def test_models_lists_bases_with_profile_and_shipped_adapters(stack):

@@ -1,0 +1,60 @@
+"""The `stack` fixture's client (tests/serving/conftest.py) and request helpers for the gateway tests.
+
+The stack's model assets and config come from :mod:`benchmarks.stack`, which the benchmarks share.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import httpx
+import numpy as np
+import openai
+from PIL import Image
+
+from serving.adapters import AdapterStore
+from serving.s3 import export_s3_env
+
+KEY = "sk-test-maze"
+KEY_ENV = "MAZE_TEST_API_KEYS"
+
+
+def png_url(side: int = 64, seed: int = 0, noisy: bool = False) -> str:
+    rng = np.random.default_rng(seed)
+    img = rng.integers(0, 256, (side, side, 3), dtype=np.uint8) if noisy else np.full((side, side, 3), 255, np.uint8)
+    img[side // 2:, side // 2:] = (255, 0, 0) if not noisy else img[side // 2:, side // 2:]
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def image_messages(n_images: int = 1, url: str | None = None) -> list[dict]:
+    parts = [{"type": "text", "text": "You are in a maze. Move?"}]
+    parts += [{"type": "image_url", "image_url": {"url": url or png_url()}} for _ in range(n_images)]
+    return [{"role": "user", "content": parts}]
+
+
+class Stack:
+    """A running embedded stack and authenticated clients for it (the `stack` fixture)."""
+
+    def __init__(self, cfg, assets, base_url):
+        self.cfg, self.assets, self.base_url = cfg, assets, base_url
+        self.root = base_url.removesuffix("/v1")
+        self.base = cfg.base_models[0].id
+        self.client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=120)
+        self.http = httpx.Client(base_url=self.root, headers={"Authorization": f"Bearer {KEY}"}, timeout=120)
+
+    @property
+    def store(self) -> AdapterStore:
+        export_s3_env(self.cfg)
+        return AdapterStore(self.cfg.adapters)
+
+    def push(self, folder, name, force=False):
+        spec = self.cfg.base_models[0]
+        return self.store.push(folder, name, base=spec.id, base_source=spec.source, max_rank=self.cfg.lora.max_rank, force=force)
+
+    def first_logprobs(self, model: str) -> list[tuple[str, float]]:
+        resp = self.client.chat.completions.create(model=model, messages=image_messages(), max_tokens=4,
+                                                   temperature=0, logprobs=True, top_logprobs=5)
+        return [(t.token, round(t.logprob, 4)) for t in resp.choices[0].logprobs.content[0].top_logprobs]
