@@ -9,7 +9,7 @@ nothing. Runs on the fast batched rollout (:mod:`training.tiny.rollout`), CPU or
 Usage::
 
     python -m training.tiny.group_signal --adapter models/maze-grpo --n 8 --temperature 0.7 \
-        --sample-failed-only --json models/curves/ablation_2026-12-03/group_signal.json
+        --sample-failed-only --json group_signal.json
 """
 
 from __future__ import annotations

@@ -86,14 +86,12 @@ class GRPOConfig(BaseModel):
     n_samples_per_prompt: int = Field(8, ge=2, description="episodes per maze (the GRPO group)")
     greedy_samples_per_prompt: int = Field(
         0, ge=0, description="members of each group decoded greedily (not a SkyRL setting), with the sampling "
-        "distribution's log-probs: brings the states greedy evaluation reaches into the group (tried "
-        "2026-12-03: no gain, see models/MODEL_CARD.md)")
+        "distribution's log-probs: brings the states greedy evaluation reaches into the group")
     train_batch_size: int = Field(32, ge=1, description="mazes per step")
     state_groups: int = Field(
         0, ge=0, description="groups per step rooted at states of the step's greedy episodes, failed ones first "
         "(not a SkyRL setting, see training/tiny/state_groups.py): state_group_size replies sampled there, each played "
-        "on greedily, the outcome's group advantage given to that one reply (tried 2026-12-03: 94% of the groups were all "
-        "failures, no gain, see models/MODEL_CARD.md item 10)")
+        "on greedily, the outcome's group advantage given to that one reply")
     state_group_size: int = Field(8, ge=2, description="sampled replies per state group")
     hard_replay_fraction: float = Field(
         0.0, ge=0, lt=1, description="share of each step's mazes replayed from recent ones whose group solved "
@@ -104,9 +102,8 @@ class GRPOConfig(BaseModel):
     detour_share: float = Field(
         0.0, ge=0, le=1, description="share of each step's fresh mazes drawn from those whose optimal path needs a "
         "detour away from the goal (not a SkyRL setting; rejection sampling, about 1 maze in 9 is one). They are "
-        "the tasks a tuned adapter still fails most (the shipped one solves 67% of them, 94% of direct ones), so a plain batch "
-        "holds few groups with any advantage on them (tried 2026-12-04 from the shipped adapter: 0.25 and 0.5 lifted the detour "
-        "tasks from 59 to 65 and 68 of 88 but cost 8 and 30 direct ones, see models/MODEL_CARD.md, ninth session)")
+        "the tasks a tuned adapter fails most (maze-grpo solves 62.5% of them, 93% of direct ones), so a plain batch "
+        "holds few groups with any advantage on them; larger shares trade direct tasks for detour ones")
     perturbed_starts: float = Field(
         0.0, ge=0, le=1, description="share of each step's mazes whose group starts after 1..perturbed_max_moves "
         "forced random moves (not a SkyRL setting, see training/tiny/perturbed_starts.py): the states a wrong turn leads "

@@ -4,7 +4,7 @@ Usage: ``python -m training.tiny.grpo_select [--by-all-tasks] OUT RUN_DIR...``: 
 seeds, or with ``--by-all-tasks`` on all 768 tasks (runs made with ``eval_all_tasks``); copies,
 per run, the best export's adapter, the run's metrics/summary and its latest checkpoint into
 ``OUT/<run name>/``, and writes ``OUT/picks.json``. ``python -m training.tiny.grpo_select --pack OUT DEST`` packs each pick
-into ``DEST/pick_<run name>.tgz`` small enough to come back from the device machine (files of at
+into ``DEST/pick_<run name>.tgz`` small enough to copy back from a remote GPU machine (files of at
 most 16 MiB): a pick whose archive is larger goes without its checkpoint (optimizer state).
 """
 

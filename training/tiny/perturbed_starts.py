@@ -1,8 +1,8 @@
 """GRPO groups that begin a few random moves into the maze (``perturbed_starts`` in grpo_local).
 
 Greedy evaluation mostly fails after one wrong turn: the policy walks into a dead end, then
-bumps or steps back and forth there until the turn limit (models/MODEL_CARD.md, "Why the GRPO
-target was missed"). Episodes that start at the maze's start seldom reach such states under
+bumps or steps back and forth there until the turn limit (``python -m training.tiny.score``
+reports these failure modes). Episodes that start at the maze's start seldom reach such states under
 the policy's own sampling, so they say little about getting out of them. Here a share of each
 step's groups starts after 1..k forced random moves (one prefix per group, so its members
 differ only by what the policy does next). The forced replies enter the conversation as if

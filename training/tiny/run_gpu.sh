@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU pipeline as run on the device machine (one H200): install the carried wheels, build the
+# The GPU pipeline on a GPU machine (one H200): install the carried wheels, build the
 # initial model, check the fast path, train SFT, then GRPO. Stages: check sft grpo (any subset).
 # Results go to runs/; the caller copies what it needs from there. SFT_ARGS adds flags to the SFT run,
 # BUILDER_ARGS to the initial model's (e.g. another depth).
@@ -22,7 +22,7 @@ for stage in "$@"; do
       if [ -z "$runs" ]; then for lr in ${GRPO_LRS:-0.0005 0.001 0.002}; do runs="$runs;lr$lr --lr $lr ${GRPO_ARGS:-}"; done; fi
       names=""
       # GRPO_FROM: a grpo_pick folder from an earlier call; each run named there resumes from its
-      # latest checkpoint and keeps appending to its metrics (a device call is a fresh machine).
+      # latest checkpoint and keeps appending to its metrics (each call may land on a fresh machine).
       if [ -n "${GRPO_FROM:-}" ]; then
         for p in "$GRPO_FROM"/*/ckpt; do
           r=$(basename "$(dirname "$p")"); mkdir -p runs/$r/export
@@ -46,7 +46,7 @@ for stage in "$@"; do
       by=""; [ "${GRPO_PICK_BY:-}" = all_tasks ] && by="--by-all-tasks"
       # shellcheck disable=SC2086
       python3 -m training.tiny.grpo_select $by runs/grpo_pick $names
-      # On the device machine $OUT comes back: one archive per pick, each under its 16 MiB limit.
+      # When the caller collects $OUT, it gets: one archive per pick, each under its 16 MiB limit.
       # Plus one metrics.tgz with every run's metrics and log: the device returns at most 8 files,
       # so up to 6 runs a call.
       if [ -n "${OUT:-}" ]; then
