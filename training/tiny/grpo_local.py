@@ -47,7 +47,7 @@ from agent.mazes import MazeLayout, detour_moves, generate, generate_from_seed, 
 from training.tiny.config_file import load_with_overrides
 from training.tiny.demos import read_profile
 from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate, make_codec
-from training.tiny.lora import lora_config
+from training.tiny.lora import load_adapter_weights, lora_config, save_adapter
 from training.tiny.perturbed_starts import perturbed_group
 from training.tiny.rollout import Episode, RolloutSettings, Turn, new_episode, play, play_on
 from training.tiny.schedules import Schedule, lr_factor
@@ -152,73 +152,6 @@ class GRPOConfig(BaseModel):
     resume_mode: str = Field("latest", pattern="^(latest|none)$")
     env_id: str = Field("maze_2d/simple")
     device: str = Field("cpu")
-
-
-# -- adapter I/O ------------------------------------------------------------------------------
-def save_adapter(model, out: Path, dtype: torch.dtype = torch.bfloat16) -> Path:
-    """``adapter_model.safetensors`` (bf16) + ``adapter_config.json`` of a peft model."""
-    from peft import get_peft_model_state_dict
-    from safetensors.torch import save_file
-
-    out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in get_peft_model_state_dict(model).items()}
-    save_file(state, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
-    model.peft_config["default"].save_pretrained(str(out))
-    return out
-
-
-def load_adapter_weights(model, path: Path) -> None:
-    """Load an adapter folder into ``model``'s LoRA; a lower-rank adapter is widened (see :func:`widen_lora_state`)."""
-    from peft import get_peft_model_state_dict, set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    saved = load_file(str(path / "adapter_model.safetensors"))
-    current = model.peft_config["default"]
-    shape = adapter_shape(path)
-    if shape and shape[0] != current.r:
-        rank, alpha = shape
-        ratio = (alpha / rank) / (current.lora_alpha / current.r)
-        saved = widen_lora_state(saved, get_peft_model_state_dict(model), ratio)
-        log.info("widened adapter %s from rank %d to %d", path, rank, current.r)
-    set_peft_model_state_dict(model, saved)
-
-
-def adapter_shape(path: Path) -> tuple[int, int] | None:
-    """(rank, alpha) from an adapter folder's adapter_config.json; None if it has none (a checkpoint's
-    ``lora_adapter`` holds weights only, at the run's own rank)."""
-    conf = Path(path) / "adapter_config.json"
-    if not conf.is_file():
-        return None
-    meta = json.loads(conf.read_text())
-    return meta["r"], meta["lora_alpha"]
-
-
-def widen_lora_state(saved: dict[str, torch.Tensor], target: dict[str, torch.Tensor],
-                     scale_ratio: float) -> dict[str, torch.Tensor]:
-    """``saved`` LoRA weights of rank r placed into ``target``'s larger rank R without changing the function.
-
-    Each module adds ``scale * B @ A``. The first r rows of A are the saved ones, the rest keep the
-    target's fresh init (random, so the new directions get gradients); B's first r columns are the
-    saved ones times ``scale_ratio`` (old scale / new scale), the rest are zero. This lets GRPO
-    continue a trained adapter with more capacity instead of restarting from a zero one.
-    """
-    out = {}
-    for key, value in saved.items():
-        want = target[key]
-        if value.shape == want.shape:
-            out[key] = value * scale_ratio if "lora_B" in key else value
-            continue
-        if "lora_A" in key and value.shape[0] < want.shape[0] and value.shape[1:] == want.shape[1:]:
-            w = want.detach().clone().to(value.dtype)
-            w[: value.shape[0]] = value
-        elif "lora_B" in key and value.shape[1] < want.shape[1] and value.shape[0] == want.shape[0]:
-            w = torch.zeros(want.shape, dtype=value.dtype)
-            w[:, : value.shape[1]] = value * scale_ratio
-        else:
-            raise ValueError(f"adapter weight {key} has shape {tuple(value.shape)}, which cannot be widened "
-                             f"to {tuple(want.shape)} (only a lower rank can be loaded into a higher one)")
-        out[key] = w
-    return out
 
 
 def build_policy(cfg: GRPOConfig, device: torch.device):

@@ -192,7 +192,7 @@ def test_grpo_eval_all_tasks_logs_the_task_rate(tmp_path, monkeypatch):
 def test_a_lower_rank_adapter_is_widened_without_changing_the_policy(rank, alpha):
     """--init-adapter of the shipped adapter into a wider LoRA: same logits, and the new
     directions can train (A's new rows are random, B's new columns zero)."""
-    from training.tiny.grpo_local import load_adapter_weights
+    from training.tiny.lora import load_adapter_weights
 
     adapter = TINY.parent / "maze-grpo"
     shipped = json.loads((adapter / "adapter_config.json").read_text())
@@ -218,7 +218,7 @@ def test_a_lower_rank_adapter_is_widened_without_changing_the_policy(rank, alpha
 
 
 def test_a_higher_rank_adapter_is_refused_by_name(tmp_path):
-    from training.tiny.grpo_local import load_adapter_weights
+    from training.tiny.lora import load_adapter_weights
 
     cfg = GRPOConfig(model_path=str(TINY), ckpt_path="c", export_path="e", lora_rank=16, lora_alpha=16)
     model, _ = build_policy(cfg, torch.device("cpu"))
