@@ -1,0 +1,81 @@
+"""maze-train publish: an exported step into the adapter store of a serving config (a moto server over HTTP)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from serving.adapters import AdapterStore
+from serving.config import ServingConfig
+from serving.s3 import s3_env
+from training import publish
+from training.cli import main
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def serving_config(tmp_path_factory):
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port())
+    server.start()
+    d = ServingConfig.shipped("embedded").model_dump(mode="json")
+    d["adapters"]["endpoint_url"] = f"http://127.0.0.1:{server._port}"
+    path = tmp_path_factory.mktemp("serving") / "serving.yaml"
+    path.write_text(yaml.safe_dump(d))
+    cfg = ServingConfig.from_file(path)
+    with pytest.MonkeyPatch.context() as mp:  # the S3 environment for this module only
+        for key, value in s3_env(cfg).items():
+            mp.setenv(key, value)
+        AdapterStore(cfg.adapters).ensure_bucket()
+        yield str(path)
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    """A run's export path with step 5 holding the shipped adapter."""
+    root = tmp_path_factory.mktemp("export")
+    shutil.copytree(MODELS / "maze-grpo", root / "global_step_5" / "policy")
+    return root
+
+
+def test_publish_pushes_the_step_as_a_new_adapter_version(serving_config, export):
+    done = publish(str(export), 5, "from-step-5", serving_config=serving_config)
+    cfg = ServingConfig.from_file(serving_config)
+    assert (done.base, done.name, done.step) == (cfg.base_models[0].id, "from-step-5", 5)
+    assert AdapterStore(cfg.adapters).resolve("from-step-5").version == done.version
+
+
+def test_publish_cli_prints_the_version_and_maps_bad_input_to_exit_2(serving_config, export):
+    ok = CliRunner().invoke(main, ["publish", "--export", str(export), "--step", "5", "--name", "cli-5",
+                                   "--serving-config", serving_config])
+    assert ok.exit_code == 0 and "published" in ok.output and "(step 5)" in ok.output, ok.output
+    missing = CliRunner().invoke(main, ["publish", "--export", str(export), "--step", "6", "--name", "x",
+                                        "--serving-config", serving_config])
+    assert missing.exit_code == 2 and "no exported step 6" in missing.output
+    base = CliRunner().invoke(main, ["publish", "--export", str(export), "--step", "5", "--name", "x",
+                                     "--serving-config", serving_config, "--base", "nope"])
+    assert base.exit_code == 2 and "unknown base 'nope'" in base.output
+
+
+def test_an_unreachable_store_exits_3(tmp_path, export):
+    d = ServingConfig.shipped("embedded").model_dump(mode="json")
+    d["adapters"]["endpoint_url"] = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    path = tmp_path / "down.yaml"
+    path.write_text(yaml.safe_dump(d))
+    out = CliRunner().invoke(main, ["publish", "--export", str(export), "--step", "5", "--name", "x",
+                                    "--serving-config", str(path)])
+    assert out.exit_code == 3 and "error:" in out.output, out.output
