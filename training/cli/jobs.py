@@ -12,7 +12,6 @@ from training.cli.common import ADDRESS, DB, EXIT_BAD_INPUT, SPEC_ARG, fail, job
 from training.cli.curves import record_points
 from training.jobs import JobError, follow_metrics, new_submission_id
 from training.local_job import local_entrypoint
-from training.metrics import StepMetrics
 from training.overrides import render_entrypoint
 
 

@@ -23,7 +23,6 @@ import argparse
 import copy
 import json
 import logging
-import math
 import random
 import shutil
 import time
