@@ -95,8 +95,8 @@ def make_adapter(folder: Path, *, rank: int = 8, base: str = "maze-tiny", seed: 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory, monkeypatch_session):
     """The embedded gateway stack (~100 s to start), auth on, small request limits; stopped at the end."""
-    from serving import embedded
     from benchmarks.stack import dev_assets, stack_config
+    from serving import embedded
     from tests.serving.stack import KEY, KEY_ENV, Stack
 
     monkeypatch_session.setenv("MAZE_HOME", str(tmp_path_factory.mktemp("maze-home")))

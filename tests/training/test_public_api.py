@@ -15,9 +15,10 @@ def test_every_public_name_of_the_launcher_resolves():
 
 
 def test_every_public_name_of_the_lab_resolves():
-    import training.tiny as tiny
+    from training import tiny
 
     assert all(getattr(tiny, name) is not None for name in tiny.__all__)
+    assert sorted(tiny.__all__) == sorted(tiny._EXPORTS)  # each public name has its module
 
 
 def test_the_launcher_and_its_cli_load_neither_the_lab_nor_torch():

@@ -31,7 +31,18 @@ _EXPORTS = {
     "lora_config": "training.tiny.lora",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "BuilderConfig",
+    "DemoConfig",
+    "FastPolicy",
+    "GRPOConfig",
+    "HFPolicy",
+    "SFTConfig",
+    "build_model",
+    "build_random_lora",
+    "evaluate_hf",
+    "lora_config",
+]
 
 if TYPE_CHECKING:
     from training.tiny.demos import DemoConfig

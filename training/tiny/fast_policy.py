@@ -14,11 +14,10 @@ import torch
 
 from agent.mazes import MazeLayout
 from training.tiny.demos import read_profile
-from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, PromptCodec
+from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, PromptCodec, make_codec
 from training.tiny.grpo_local import GRPOConfig, build_policy
 from training.tiny.lora import adapter_shape, load_adapter_weights
 from training.tiny.rollout import Episode, RolloutSettings, play
-from training.tiny.fastpath import make_codec
 
 
 @dataclass

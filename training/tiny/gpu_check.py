@@ -12,8 +12,7 @@ import time
 
 import torch
 
-from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate, frame_rows
-from training.tiny.fastpath import make_codec
+from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate, frame_rows, make_codec
 
 log = logging.getLogger("training.tiny.gpu_check")
 

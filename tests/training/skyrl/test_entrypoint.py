@@ -7,8 +7,8 @@ import sys
 
 import pandas as pd
 
-from training.skyrl.dataset import DatasetConfig
 from training.overrides import entrypoint_argv, to_skyrl_overrides
+from training.skyrl.dataset import DatasetConfig
 from training.skyrl.entrypoint import ensure_datasets, parse_args
 from training.spec import TrainSpec
 

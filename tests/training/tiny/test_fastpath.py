@@ -8,9 +8,16 @@ import pytest
 import torch
 
 from training.tiny.demos import DemoConfig, demo_stream
-from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate, frame_rows, to_openai_messages
+from training.tiny.fastpath import (
+    FastQwen3VL,
+    FrameBank,
+    FrameCatalog,
+    collate,
+    frame_rows,
+    make_codec,
+    to_openai_messages,
+)
 from training.tiny.hf_policy import _images
-from training.tiny.fastpath import make_codec
 
 TINY = Path(__file__).resolve().parents[3] / "models" / "maze-tiny"
 

@@ -12,11 +12,10 @@ from safetensors import safe_open
 
 from agent.mazes import detour_moves, generate, generate_from_seed
 from training.tiny.demos import read_profile
-from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog
+from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, make_codec
 from training.tiny.grpo_local import MARKER, GRPOConfig, build_policy, fresh_mazes, loss_items, policy_loss
 from training.tiny.grpo_local import train as grpo_train
 from training.tiny.rollout import RolloutSettings, new_episode, play, play_on
-from training.tiny.fastpath import make_codec
 from training.tiny.sft import SFTConfig
 from training.tiny.sft import train as sft_train
 
