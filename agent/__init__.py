@@ -1,9 +1,11 @@
 """maze-gateway agent: the VisGym-compatible maze environment, prompt protocol and episode runner.
 
 Importing the package registers ``maze_2d/simple``, ``maze_2d/easy`` and ``maze_2d/hard`` with
-gymnasium.
+gymnasium (those not already registered: with VisGym installed as ``gymnasium``, its own
+``maze_2d/easy`` and ``maze_2d/hard`` stay).
 """
 
+from agent.actions import MazeActionSpace
 from agent.config import EndpointConfig, RetryPolicy, RunnerConfig, SamplingParams
 from agent.env import ENV_SPEC_VERSION, Feedback, MazeEnv, validate_action
 from agent.errors import AgentError, PolicyError, RetryBudgetExhausted
@@ -39,6 +41,7 @@ __all__ = [
     "EpisodeSpec",
     "Feedback",
     "HistoryPolicy",
+    "MazeActionSpace",
     "MazeEnv",
     "MazeLayout",
     "OpenAIPolicy",

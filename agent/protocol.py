@@ -44,12 +44,15 @@ class Protocol:
     def id(self) -> str:
         return f"{self.name}/v{self.version}"
 
-    def initial_text(self, height: int, width: int) -> str:
-        """Turn-1 text: size, legend, actions, success rule, reply format (in that order)."""
+    def initial_text(self, height: int, width: int, legend: str | None = None) -> str:
+        """Turn-1 text: size, legend, actions, success rule, reply format (in that order).
+
+        ``legend`` replaces the colour legend (a text drawing of the maze needs another one).
+        """
         return "\n".join(
             (
                 f"You are navigating a {height}x{width} maze.",
-                _LEGEND,
+                legend or _LEGEND,
                 self.actions_text,
                 _SUCCESS,
                 self.reply_text,

@@ -1,4 +1,14 @@
-"""Gymnasium registration of the maze variants under VisGym's ids."""
+"""Gymnasium registration of the maze variants under VisGym's ids.
+
+``gymnasium.make(id)`` returns the bare :class:`~agent.env.MazeEnv` (no checker, order or time
+limit wrapper): stock gymnasium's wrappers do not pass on ``get_prompt`` and the other VLM env
+API methods that VisGym's and SkyRL's code calls on what ``make`` returns, and VisGym registers
+``maze_2d`` without a time limit. ``max_turns`` is the default turn limit the runner and the
+training env apply; ``gymnasium.make(id, max_episode_steps=N)`` still adds a ``TimeLimit``.
+
+When VisGym is installed (it takes over the ``gymnasium`` package and registers
+``maze_2d/easy`` and ``maze_2d/hard`` itself), the ids it owns are left to it.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +23,7 @@ class Variant:
 
     env_id: str
     size: int
-    max_turns: int
+    max_turns: int  # default turn limit of the runner and the training env (not a TimeLimit)
 
     @property
     def image_px(self) -> int:
@@ -40,13 +50,14 @@ def get_variant(env_id: str) -> Variant:
 
 
 def register_envs() -> None:
-    """Register every variant once (idempotent; runs on ``import agent``)."""
+    """Register every free variant id once (idempotent; runs on ``import agent``)."""
     for v in VARIANTS.values():
         if v.env_id not in gym.registry:
             gym.register(
                 id=v.env_id,
                 entry_point="agent.env:MazeEnv",
-                kwargs={"size": v.size},
-                max_episode_steps=v.max_turns,
+                kwargs={"maze_width": v.size, "maze_height": v.size},
                 reward_threshold=1.0,
+                order_enforce=False,
+                disable_env_checker=True,
             )

@@ -64,17 +64,30 @@ def _background(grid_bytes: bytes, height: int, width: int) -> np.ndarray:
     return frame
 
 
-def render_frame(grid: np.ndarray, agent: tuple[int, int], goal: tuple[int, int]) -> np.ndarray:
-    """Draw one frame: ``uint8`` RGB array of shape ``(H*25, W*25, 3)``."""
+def _disc(frame: np.ndarray, cell: tuple[int, int], rgb: tuple[int, int, int]) -> None:
+    # pygame truncates the float centre and radius to ints before filling.
+    mask, off = disc_mask(int(CELL_PX / 4))
+    cx, cy = int((cell[1] + 0.5) * CELL_PX), int((cell[0] + 0.5) * CELL_PX)
+    frame[cy - off : cy - off + mask.shape[0], cx - off : cx - off + mask.shape[1]][mask] = rgb
+
+
+def render_frame(
+    grid: np.ndarray, agent: tuple[int, int], goal: tuple[int, int], *, goal_left: bool = False
+) -> np.ndarray:
+    """Draw one frame: ``uint8`` RGB array of shape ``(H*25, W*25, 3)``.
+
+    ``goal_left``: the agent has stepped off the goal cell during the episode. VisGym erases the
+    agent's previous disc by painting it white, which on the goal cell leaves a white disc in the
+    red square until the agent stands there again; set it to draw that frame.
+    """
     grid = np.ascontiguousarray(grid, dtype=np.int8)
     height, width = grid.shape
     frame = _background(grid.tobytes(), height, width).copy()
     gr, gc = goal
     frame[gr * CELL_PX : (gr + 1) * CELL_PX, gc * CELL_PX : (gc + 1) * CELL_PX] = GOAL_RGB
-    # pygame truncates the float centre and radius to ints before filling.
-    mask, off = disc_mask(int(CELL_PX / 4))
-    cx, cy = int((agent[1] + 0.5) * CELL_PX), int((agent[0] + 0.5) * CELL_PX)
-    frame[cy - off : cy - off + mask.shape[0], cx - off : cx - off + mask.shape[1]][mask] = AGENT_RGB
+    if goal_left:
+        _disc(frame, goal, FLOOR_RGB)
+    _disc(frame, agent, AGENT_RGB)
     return frame
 
 

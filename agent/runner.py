@@ -18,6 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agent.actions import feedback_code
 from agent.config import EndpointConfig, RunnerConfig
 from agent.env import ENV_SPEC_VERSION, MazeEnv
 from agent.errors import PolicyError, RetryBudgetExhausted
@@ -26,6 +27,7 @@ from agent.policies import OpenAIPolicy, Policy, PolicyReply, as_policy
 from agent.protocol import assistant_message, get_protocol, user_message
 from agent.records import EpisodeRecord, StopReason, TurnRecord
 from agent.registration import register_envs
+from agent.vlm_api import positions, read_env
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +52,25 @@ class _RetryState:
     turn_used: int = field(default=0)
 
 
-def _make_env(env_id: str) -> MazeEnv:
+def _make_env(env_id: str) -> gym.Env:
+    """The bare env of ``env_id``: this project's, or VisGym's own when VisGym registered the id.
+
+    The runner owns the turn limit (parse failures count as turns without stepping the env) and
+    talks to the env only through VisGym's API (string actions, info keys), so both work.
+    """
     register_envs()
-    # The runner owns the turn limit (parse failures count as turns without stepping the env).
-    return gym.make(env_id, disable_env_checker=True).unwrapped  # type: ignore[return-value]
+    return gym.make(env_id, disable_env_checker=True).unwrapped
+
+
+def _reset(env: gym.Env, spec: EpisodeSpec):
+    if spec.options is None or isinstance(env, MazeEnv):
+        return env.reset(seed=spec.seed, options=spec.options)
+    # A VisGym env takes an explicit state only as init_state.
+    opts = spec.options
+    state = {"maze_map": opts["maze"], "agent_location": list(opts["agent"]), "target_location": list(opts["goal"])}
+    if isinstance(opts["maze"][0], str):
+        state["maze_map"] = [[1 if ch == "#" else 0 for ch in row] for row in opts["maze"]]
+    return env.reset(seed=spec.seed, init_state=state)
 
 
 async def _call_with_retries(policy: Policy, messages, cfg: RunnerConfig, state: _RetryState) -> PolicyReply:
@@ -83,10 +100,11 @@ async def run_episode_async(policy: Policy | Callable[..., Any], spec: EpisodeSp
     policy = as_policy(policy)
     proto = get_protocol(cfg.protocol)
     env = _make_env(cfg.env_id)
-    frame, info = env.reset(seed=spec.seed, options=spec.options)
-    start, goal = tuple(env.agent), tuple(env.goal)
-    path = shortest_path(env.grid, start, goal)
-    conversation = [user_message(proto.initial_text(env.size, env.size), frame)]
+    frame, info = _reset(env, spec)
+    grid, start, goal = positions(info)
+    agent = list(start)
+    path = shortest_path(grid, start, goal)
+    conversation = [user_message(proto.initial_text(*read_env(env)), frame)]
     record = EpisodeRecord(
         env_id=cfg.env_id,
         env_spec_version=ENV_SPEC_VERSION,
@@ -97,7 +115,7 @@ async def run_episode_async(policy: Policy | Callable[..., Any], spec: EpisodeSp
         history=str(cfg.history),
         sampling=cfg.sampling.model_dump(exclude_none=True),
         max_turns=cfg.turn_limit,
-        maze=grid_to_rows(env.grid),
+        maze=grid_to_rows(grid),
         start=list(start),
         goal=list(goal),
         optimal_moves=None if path is None else len(path),
@@ -127,20 +145,24 @@ async def run_episode_async(policy: Policy | Callable[..., Any], spec: EpisodeSp
         if action is None:
             # The env is not stepped, but the turn counts.
             text = proto.parse_failure_text()
-            record.turns.append(TurnRecord(action=None, feedback=text, feedback_code=PARSE_FAILURE, agent=list(env.agent), **turn))
+            record.turns.append(TurnRecord(action=None, feedback=text, feedback_code=PARSE_FAILURE, agent=agent, **turn))
             conversation.append(user_message(text, frame))
             continue
-        frame, reward, terminated, _, info = env.step(action)
+        # A VisGym env takes only text; this env also takes the tuple (which keeps payloads such
+        # as inf, whose repr is not a literal, reported as out of the action space).
+        frame, reward, terminated, _, info = env.step(tuple(action) if isinstance(env, MazeEnv) else repr(tuple(action)))
+        agent = [int(v) for v in info["agent"]]
+        feedback = str(info.get("feedback") or info.get("env_feedback") or "")
         record.turns.append(
-            TurnRecord(action=list(action), feedback=info["feedback"], feedback_code=info["feedback_code"],
-                       reward=float(reward), agent=list(env.agent), **turn)
+            TurnRecord(action=list(action), feedback=feedback, feedback_code=feedback_code(info),
+                       reward=float(reward), agent=agent, **turn)
         )
         record.reward += float(reward)
         if terminated:
             record.success = reward >= 1.0
             record.stop_reason = StopReason.GOAL if record.success else StopReason.WRONG_STOP
             break
-        conversation.append(user_message(info["feedback"], frame))
+        conversation.append(user_message(feedback, frame))
     record.wall_time_s = time.perf_counter() - t_start
     return record
 

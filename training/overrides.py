@@ -47,6 +47,7 @@ def _pairs(spec: TrainSpec) -> list[tuple[str, Any]]:
         ("trainer.placement.policy_num_gpus_per_node", p.gpus_per_node),
         ("trainer.placement.ref_num_nodes", p.num_nodes),
         ("trainer.placement.ref_num_gpus_per_node", p.gpus_per_node),
+        ("trainer.ref.fsdp_config.cpu_offload", p.ref_cpu_offload),
         ("generator.inference_engine.num_engines", i.num_engines),
         ("generator.inference_engine.tensor_parallel_size", i.tensor_parallel_size),
         ("generator.inference_engine.gpu_memory_utilization", i.gpu_memory_utilization),

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from agent.config import ConfigModel, EnvId, ProtocolName
 from training.skyrl.dataset import EVAL_FILE, TRAIN_FILE
 from training.skyrl.keys import SKYRL_VERSION, unknown_keys
-from training.skyrl.names import VISGYM_ENV_CLASS
+from training.skyrl.names import RECIPE_PROTOCOLS, VISGYM_ENV_CLASS, RewardMode
 
 SHARED_ROOT = "/shared/maze-gateway"
 REFERENCE_NAME = "maze-grpo-simple"
@@ -35,12 +35,25 @@ class EnvSpec(SpecModel):
 
     env_id: EnvId = Field("maze_2d/simple", description="maze variant id written to the dataset rows")
     env_class: str = Field(VISGYM_ENV_CLASS, description="skyrl-gym env class the rows and SkyRL name")
-    reward: Literal["task", "task+format"] = Field(
-        "task+format",
-        description="'task' (1/0) or 'task+format' (0.8 task + 0.2 format rate: the reference sft variant)",
+    reward: RewardMode = Field(
+        "sft",
+        description=(
+            "SkyRL's VisGym recipes 'sft' (tuple actions, 0.8 task + 0.2 tag-format rate: the reference "
+            "run) or 'instruct' (keyword actions, task only); or the project protocol's 'task' (1/0) or "
+            "'task+parsed' (0.8 task + 0.2 parsed-reply rate)"
+        ),
     )
-    protocol: ProtocolName = Field("tuple", description="prompt protocol the env speaks (tuple or keyword)")
+    protocol: ProtocolName = Field(
+        "tuple", description="prompt protocol the env speaks (tuple or keyword); sft needs tuple, instruct keyword"
+    )
     max_turns: int = Field(15, ge=1, description="turns per episode (generator.max_turns)")
+
+    @model_validator(mode="after")
+    def _recipe_protocol(self) -> EnvSpec:
+        fixed = RECIPE_PROTOCOLS.get(self.reward)
+        if fixed is not None and self.protocol != fixed:
+            raise ValueError(f"reward {self.reward!r} is SkyRL's recipe with the {fixed} protocol; set env.protocol: {fixed}")
+        return self
 
 
 class DataSpec(SpecModel):
@@ -92,6 +105,9 @@ class PlacementSpec(SpecModel):
     gpus_per_node: int = Field(2, ge=1, description="GPUs per node")
     colocate_all: bool = Field(True, description="training and vLLM share every GPU, taking turns")
     strategy: Literal["fsdp", "megatron"] = Field("fsdp", description="training backend (the VLM generator needs fsdp)")
+    ref_cpu_offload: bool = Field(
+        False, description="offload the reference model's FSDP parameters to CPU (the reference job keeps them on GPU)"
+    )
 
 
 class InferenceSpec(SpecModel):

@@ -19,10 +19,12 @@ MAZE0 = ["#######", "#...#.#", "#.###.#", "#.....#", "###.###", "#.....#", "####
 def test_registered_and_checked(env_id):
     env = gym.make(env_id)
     variant = VARIANTS[env_id]
-    assert env.spec.max_episode_steps == variant.max_turns
+    # The bare env, as VisGym's registration gives it: no time limit, nothing in front of get_prompt.
+    assert type(env) is MazeEnv and env.spec.max_episode_steps is None
+    assert (env.maze_height, env.maze_width) == (variant.size, variant.size)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (variant.size * 25, variant.size * 25, 3) and obs.dtype == np.uint8
-    check_env(env.unwrapped, skip_render_check=False)
+    check_env(env, skip_render_check=False)
 
 
 @pytest.mark.parametrize("env_id", sorted(VARIANTS))
@@ -62,7 +64,9 @@ def test_same_seed_same_rollout(env_id):
         ("('stop', 'a1')", Feedback.EXECUTED),
         (("move", np.int64(2)), Feedback.EXECUTED),
         (("move", True), Feedback.EXECUTED),
-        (["move", 3], Feedback.EXECUTED),
+        (["move", 3], Feedback.BAD_FORMAT),  # a list is not an action, as in VisGym
+        ("['move', 1]", Feedback.BAD_FORMAT),
+        ("('move', 12345678901234567890)", Feedback.OUT_OF_SPACE),  # VisGym raises OverflowError here
     ],
 )
 def test_validation_order(action, feedback):
@@ -78,7 +82,8 @@ def explicit_env(start=(5, 1), goal=(1, 5)) -> MazeEnv:
 def test_wall_bump_keeps_agent_and_reports():
     env = explicit_env()
     _, reward, term, trunc, info = env.step("('move', 1)")  # wall above (5,1)
-    assert info["feedback_code"] == "HIT_WALL" and info["agent"] == (5, 1) and info["bumped"]
+    assert info["feedback_code"] == "HIT_WALL" and info["agent"].tolist() == [5, 1] and info["bumped"]
+    assert info["env_feedback"] == Feedback.HIT_WALL.value
     assert (reward, term, trunc) == (0.0, False, False)
 
 
@@ -94,7 +99,7 @@ def test_reaching_goal_without_stop_does_not_end_or_reward():
     env = explicit_env(start=(3, 5), goal=(1, 5))
     env.step("('move', 1)")
     _, reward, term, _, info = env.step("('move', 1)")
-    assert info["agent"] == (1, 5) and info["distance"] == 0
+    assert info["agent"].tolist() == [1, 5] and info["distance"] == 0.0
     assert reward == 0.0 and not term
     _, reward, term, _, _ = env.step("('stop', 'stop')")
     assert reward == 1.0 and term
@@ -106,19 +111,24 @@ def test_wrong_stop_terminates_with_zero():
     assert reward == 0.0 and term
 
 
-def test_turn_limit_truncates():
+def test_no_truncation_unless_asked():
     env = gym.make("maze_2d/simple")
     env.reset(seed=0)
-    for i in range(15):
+    for _ in range(40):
         _, _, term, trunc, _ = env.step("('move', 1)")
-        assert not term
-        assert trunc == (i == 14)
+        assert not term and not trunc
+    limited = gym.make("maze_2d/simple", max_episode_steps=15)  # gymnasium's TimeLimit, on request
+    limited.reset(seed=0)
+    truncs = [limited.step("('move', 1)")[3] for _ in range(15)]
+    assert truncs == [False] * 14 + [True]
 
 
 def test_info_and_text_render():
     env = explicit_env()
     _, _, _, _, info = env.step("('move', 0)")
-    assert info["distance"] == 4 + 3 and info["goal"] == (1, 5) and info["maze"] == MAZE0
+    assert info["distance"] == 4.0 + 3.0 and isinstance(info["distance"], float)
+    assert info["goal"] == (1, 5) and info["maze"] == MAZE0 and info["target"].tolist() == [1, 5]
+    assert info["maze_map"].tolist() == [[1 if ch == "#" else 0 for ch in row] for row in MAZE0]
     assert env.render_text().splitlines()[5] == "#.A...#"
     assert env.render_text().splitlines()[1] == "#...#G#"
 
@@ -151,4 +161,6 @@ def test_bad_render_mode_and_size():
     with pytest.raises(ValueError, match="render_mode"):
         MazeEnv(render_mode="human")
     with pytest.raises(ValueError, match="odd"):
-        gym.make("maze_2d/simple", size=8)
+        gym.make("maze_2d/simple", maze_width=8)
+    with pytest.raises(ValueError, match="disagree"):
+        MazeEnv(size=7, maze_height=9)

@@ -26,6 +26,7 @@ REFERENCE_VALUES = {
     "trainer.placement.policy_num_gpus_per_node": 2,
     "trainer.placement.ref_num_nodes": 3,
     "trainer.placement.ref_num_gpus_per_node": 2,
+    "trainer.ref.fsdp_config.cpu_offload": False,
     "generator.inference_engine.num_engines": 6,
     "generator.inference_engine.tensor_parallel_size": 1,
     "generator.inference_engine.gpu_memory_utilization": 0.45,
@@ -139,7 +140,9 @@ def test_spec_from_yaml_overrides_only_what_it_names(tmp_path):
         ({"optim": {"train_batch_size": 25}}, "multiple of optim.policy_mini_batch_size"),
         ({"inference": {"num_engines": 4}}, "must equal placement.num_nodes x gpus_per_node"),
         ({"env": {"env_id": "maze_2d/huge"}}, "unknown env id"),
-        ({"env": {"reward": "format"}}, "task\\+format"),
+        ({"env": {"reward": "format"}}, "task\\+parsed"),
+        ({"env": {"reward": "task+format"}}, "'sft' or 'instruct'"),  # the old name is gone, with the choices named
+        ({"env": {"reward": "instruct"}}, "set env.protocol: keyword"),
     ],
 )
 def test_spec_rejects_bad_values(data, message):

@@ -12,7 +12,7 @@ It cannot run here: SkyRL 0.4.0 needs Python >= 3.12, CUDA GPUs, vLLM and flash-
 
 Usage (normally through ``maze-train submit``)::
 
-    python -m training.skyrl_entrypoint --reward task+format --protocol tuple \
+    python -m training.skyrl_entrypoint --reward sft --protocol tuple \
         --env-id maze_2d/simple [--train-rows 256 --eval-rows 64] key=value ...
 """
 
@@ -34,7 +34,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     """Split our options from SkyRL's ``key=value`` overrides."""
     parser = argparse.ArgumentParser(prog="python -m training.skyrl_entrypoint", add_help=False)
     parser.add_argument("--reward", choices=REWARD_MODES, default="task")
-    parser.add_argument("--protocol", default="tuple")
+    parser.add_argument("--protocol", default=None, help="tuple or keyword (default: the recipe's, else tuple)")
     parser.add_argument("--env-id", default="maze_2d/simple")
     parser.add_argument("--env-class", default=VISGYM_ENV_CLASS)
     parser.add_argument("--train-rows", type=int, default=256)

@@ -15,5 +15,9 @@ VISGYM_ENV_CLASS = "visgym"
 #: ``module:Class`` skyrl-gym imports to build the env.
 ENTRY_POINT = "training.skyrl.env:MazeTextEnv"
 
-RewardMode = Literal["task", "task+format"]
-REWARD_MODES: tuple[str, ...] = ("task", "task+format")
+#: ``sft`` and ``instruct`` are SkyRL's VisGym recipes (their prompts, parsers and rewards);
+#: ``task`` and ``task+parsed`` speak this project's prompt protocol, as the runner does.
+RewardMode = Literal["task", "task+parsed", "sft", "instruct"]
+REWARD_MODES: tuple[str, ...] = ("task", "task+parsed", "sft", "instruct")
+#: The protocol each SkyRL recipe speaks (tuple actions, or keyword actions in <action> tags).
+RECIPE_PROTOCOLS: dict[str, str] = {"sft": "tuple", "instruct": "keyword"}

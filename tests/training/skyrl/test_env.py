@@ -111,15 +111,15 @@ def test_same_episode_as_runner(seed, protocol, max_turns, script, outcome, env_
     assert env.get_metrics()["parse_failures"] == record.parse_failures
 
 
-def test_task_plus_format_reward_is_the_sft_variant():
-    register_skyrl_envs(reward="task+format")
+def test_task_plus_parsed_reward():
+    register_skyrl_envs(reward="task+parsed")
     replies = _solving_replies(0)  # 1 unparseable reply ("I am not sure."), the rest parse
     _, _, rewards, dones = _skyrl_episode(ENV_CLASS, {"seed": 0, "max_turns": 30}, replies)
     assert dones[-1] and not any(dones[:-1])
     assert rewards[:-1] == [0.0] * (len(rewards) - 1)
     assert rewards[-1] == pytest.approx(0.8 * 1.0 + 0.2 * (len(rewards) - 1) / len(rewards))
 
-    # A well-formatted failure still scores > 0: why SkyRL's logged pass@1 overstates.
+    # A well-formed failure still scores > 0: SkyRL's logged pass@1 would overstate.
     _, _, rewards, _ = _skyrl_episode(ENV_CLASS, {"seed": 3}, ["('stop', 'stop')"])
     assert rewards == [pytest.approx(0.2)]
 
