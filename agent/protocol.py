@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.actions import Feedback
 from agent.mazes import DIRECTION_NAMES
 from agent.render import png_data_url
 
@@ -222,8 +223,6 @@ class HistoryPolicy(BaseModel):
 
 def protocol_corpus(sizes: tuple[int, ...] = (7, 9, 11)) -> list[str]:
     """Every text a protocol can produce (for building a small tokenizer)."""
-    from agent.env import Feedback
-
     texts: list[str] = []
     for proto in PROTOCOLS.values():
         texts += [proto.initial_text(s, s) for s in sizes]
