@@ -106,21 +106,54 @@ def grouped_expand(y: torch.Tensor, x: torch.Tensor, b_stacked: torch.Tensor, gr
             cols[rows, :width] = torch.mm(xg, w_t)
 
 
+class SlotViews:
+    """Each slot's transposed weight matrix, made once per (stacked tensor, slot) and reused every step.
+
+    The views alias vLLM's stacked storage, so they follow ``set_lora``/``reset_lora``'s in-place
+    writes and never go stale; caching them saves the handful of tensor calls per projection that
+    dominate a decode step (a few rows per adapter).
+    """
+
+    def __init__(self) -> None:
+        self._views: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, stacked: torch.Tensor, slot: int) -> torch.Tensor:
+        hit = self._views.get((id(stacked), slot))
+        if hit is None or hit[0] is not stacked:  # the reference held also keeps the id from being reused
+            hit = (stacked, _weight(stacked, slot).t())
+            self._views[(id(stacked), slot)] = hit
+        return hit[1]
+
+
+def _transposed(stacked: torch.Tensor, slot: int) -> torch.Tensor:
+    return _weight(stacked, slot).t()
+
+
 def grouped_lora(y: torch.Tensor, x: torch.Tensor, a_stacked: tuple[torch.Tensor, ...],
                  b_stacked: tuple[torch.Tensor, ...], scale: float, output_slices: tuple[int, ...],
-                 groups: Groups, offset_start: int = 0) -> None:
+                 groups: Groups, views=_transposed) -> None:
     """``y[rows, slice i] += (x[rows] @ A_i.T * scale) @ B_i.T`` for every group and projection slice:
-    vLLM's ``add_lora_linear`` without the intermediate buffer."""
+    vLLM's ``add_lora_linear`` without the intermediate buffer. ``views(stacked, slot)`` gives a
+    slot's transposed matrix (:class:`SlotViews` caches them)."""
+    f32 = torch.float32
     for slot, rows in groups:
         xg = x[rows]
-        offset = offset_start
+        if xg.dtype != f32:  # the shrunk rows are float32, as in vLLM's buffer
+            xg = xg.to(f32)
+        offset = 0
         for a, b, size in zip(a_stacked, b_stacked, output_slices, strict=True):
-            # The shrunk rows are float32 as in vLLM's buffer, then cast to the output's dtype.
-            t = torch.mm(xg.to(torch.float32), _weight(a, slot).to(torch.float32).t())
+            a_t, b_t = views(a, slot), views(b, slot)
+            t = torch.mm(xg, a_t if a_t.dtype == f32 else a_t.to(f32))
             if scale != 1.0:
                 t.mul_(scale)
-            w_b = _weight(b, slot)[:size]
-            _addmm_rows(y[:, offset: offset + size], rows, t.to(y.dtype), w_b.to(y.dtype).t())
+            if b_t.shape[1] != size:  # B padded past the output (logits: vocab padding)
+                b_t = b_t[:, :size]
+            if y.dtype != f32:
+                t, b_t = t.to(y.dtype), b_t.to(y.dtype)
+            elif b_t.dtype != f32:
+                b_t = b_t.to(f32)
+            cols = y if size == y.shape[1] else y[:, offset: offset + size]
+            _addmm_rows(cols, rows, t, b_t)
             offset += size
 
 
@@ -137,6 +170,7 @@ class GroupedPunicaWrapperCPU(PunicaWrapperCPU):
         self._token_rows = 0
         self._sampler_groups: Groups = []
         self._sampler_rows = 0
+        self._views = SlotViews()
         log.info("grouped CPU LoRA kernels active (%s)", WRAPPER_QUALNAME)
         STATS["wrappers"] += 1
 
@@ -190,7 +224,7 @@ class GroupedPunicaWrapperCPU(PunicaWrapperCPU):
             STATS["stock_fallbacks"] += 1
             return super().add_lora_linear(y, x, lora_a_stacked, lora_b_stacked, scale, output_slices,
                                            buffer=buffer, **kwargs)
-        grouped_lora(y, x, lora_a_stacked, lora_b_stacked, scale, output_slices, groups)
+        grouped_lora(y, x, lora_a_stacked, lora_b_stacked, scale, output_slices, groups, self._views)
         STATS["grouped_calls"] += 1
 
     def add_lora_logits(self, y, x, lora_a_stacked, lora_b_stacked, scale, *, buffer=None, **kwargs):
@@ -199,7 +233,8 @@ class GroupedPunicaWrapperCPU(PunicaWrapperCPU):
             STATS["stock_fallbacks"] += 1
             return super().add_lora_logits(y, x, lora_a_stacked, lora_b_stacked, scale, buffer=buffer, **kwargs)
         width = min(lora_b_stacked.shape[-2], y2.shape[1])
-        grouped_lora(y2, x2, (lora_a_stacked,), (lora_b_stacked,), scale, (width,), self._sampler_groups)
+        grouped_lora(y2, x2, (lora_a_stacked,), (lora_b_stacked,), scale, (width,), self._sampler_groups,
+                     self._views)
         STATS["grouped_calls"] += 1
 
 
