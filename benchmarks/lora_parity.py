@@ -1,6 +1,6 @@
 """The adapter path against the base model on the embedded gateway, with the evaluation's own workload.
 
-    .venv/bin/python benchmarks/lora_parity.py [--cpu-kernels grouped|vllm] [--rounds 2] [--out ...]
+    .venv/bin/python benchmarks/lora_parity.py [--cpu-kernels grouped|vllm] [--rounds 3] [--out ...]
 
 Starts the embedded stack (free ports, its own ``MAZE_HOME``, 8 adapters per replica, ``lora.cpu_kernels``
 from ``--cpu-kernels``), then, with episodes played by the agent runner exactly as ``maze-eval`` plays them
@@ -46,7 +46,7 @@ log = logging.getLogger("lora_parity")
 ADAPTER = "maze-grpo"
 MAX_TOKENS = 32  # maze-eval's default
 # Episodes per block at each concurrency: enough turns for a stable rate, bounded in time.
-EPISODES = {1: 4, 8: 16, 32: 32}
+EPISODES = {1: 6, 8: 16, 32: 32}
 MIX = 8
 
 
@@ -174,7 +174,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--cpu-kernels", choices=["grouped", "vllm"], default="grouped",
                     help="the stack's lora.cpu_kernels (vllm: vLLM's stock CPU LoRA ops, the 'before')")
-    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per comparison")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per comparison")
     ap.add_argument("--concurrency", type=int, nargs="*", default=[1, 8, 32])
     ap.add_argument("--skip-mix", action="store_true", help="no 8-adapters-mixed comparison")
     ap.add_argument("--skip-eval", action="store_true", help="no 64-maze evaluations")
