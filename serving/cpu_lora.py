@@ -262,5 +262,5 @@ def uninstall() -> None:
 _STOCK: dict[type, Any] = {}
 
 
-__all__ = ["GroupedPunicaWrapperCPU", "WRAPPER_QUALNAME", "adapter_groups", "grouped_expand", "grouped_lora",
-           "grouped_shrink", "install", "uninstall"]
+__all__ = ["STATS", "WRAPPER_QUALNAME", "GroupedPunicaWrapperCPU", "SlotViews", "adapter_groups", "grouped_expand",
+           "grouped_lora", "grouped_shrink", "install", "uninstall"]
