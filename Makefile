@@ -23,3 +23,4 @@ bench: setup
 	$(PY) benchmarks/gateway_bench.py
 	$(PY) benchmarks/layout_ab.py
 	$(PY) benchmarks/rollout_cache.py
+	$(PY) benchmarks/lora_parity.py

@@ -25,6 +25,8 @@ from serving.s3 import s3_env
 log = logging.getLogger(__name__)
 
 LORA_SERVER_CLS = "serving.lora:GatewayLLMServer"
+# serving.cpu_lora_worker.EXTENSION_QUALNAME, spelled out: building the app must not import vLLM.
+CPU_LORA_EXTENSION = "serving.cpu_lora_worker.GroupedLoraWorkerExtension"
 COLOCATED_DEPLOYMENT = "ColocatedGateway"
 
 
@@ -57,6 +59,9 @@ def llm_config_dicts(cfg: ServingConfig) -> list[dict[str, Any]]:
             # so an adapter Ray thinks is resident never needs an engine-side swap.
             "max_loras": cfg.lora.adapters_per_replica,
         }
+        if cfg.grouped_cpu_lora:
+            # vLLM imports this class in its worker process, which installs the grouped LoRA kernels there.
+            engine["worker_extension_cls"] = CPU_LORA_EXTENSION
         llm: dict[str, Any] = {
             "model_loading_config": {"model_id": m.id, "model_source": m.resolved_source()},
             "engine_kwargs": engine,

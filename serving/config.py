@@ -102,6 +102,15 @@ class LoraSpec(_Model):
     adapters_per_replica: int = Field(1, ge=1, description="adapters resident per replica (= vLLM max_loras)")
     download_timeout_s: float = Field(60.0, gt=0, description="timeout to fetch one adapter")
     max_download_tries: int = Field(3, ge=1, description="download attempts")
+    cpu_kernels: Literal["grouped", "vllm"] = Field(
+        "grouped",
+        description=(
+            "LoRA arithmetic of CPU engines. 'grouped': serving.cpu_lora's kernels (token rows grouped by "
+            "adapter, two small matrix products per group), installed into the engine's worker through "
+            "vLLM's worker_extension_cls; 'vllm': vLLM's own CPU ops, which copy the LoRA weights once per "
+            "token (~12x slower evaluation through an adapter; docs/benchmarks.md). No effect on GPU engines"
+        ),
+    )
 
     @field_validator("max_rank")
     @classmethod
@@ -196,7 +205,15 @@ class ServingConfig(_Model):
             raise ValueError(f"layout 'colocated' serves exactly one base model, got {ids}; use 'standard'")
         if self.ingress == "direct" and (self.layout != "colocated" or self.replicas.max_replicas != 1):
             raise ValueError("ingress 'direct' needs layout 'colocated' and max_replicas 1: one replica owns the port")
+        if self.grouped_cpu_lora and any("worker_extension_cls" in m.engine_kwargs for m in self.base_models):
+            raise ValueError("engine_kwargs may not set worker_extension_cls on a CPU device while lora.cpu_kernels "
+                             "is 'grouped' (the grouped LoRA kernels use it); set lora.cpu_kernels: vllm")
         return self
+
+    @property
+    def grouped_cpu_lora(self) -> bool:
+        """Whether the engines get the grouped CPU LoRA kernels (serving.cpu_lora)."""
+        return self.device == "cpu" and self.lora.cpu_kernels == "grouped"
 
     @classmethod
     def from_file(cls, path: str | Path) -> ServingConfig:
