@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent.config import EndpointConfig, RunnerConfig, SamplingParams  # noqa: E402
 from agent.runner import run_endpoint_async  # noqa: E402
-from tests.serving.stack import dev_assets, stack_config  # noqa: E402
+from benchmarks.stack import dev_assets, stack_config  # noqa: E402
 
 log = logging.getLogger("lora_parity")
 ADAPTER = "maze-grpo"
