@@ -1,7 +1,10 @@
 """``maze-eval``: score an adapter on the fixed maze set; leaderboard, compare and report.
 
 Exit codes (stable): 0 done, 1 run incomplete (errored episodes remain; ``--resume`` retries
-them), 2 bad input, 3 endpoint or model unavailable.
+them) or an unexpected error, 2 bad input (options, unknown run, results database path or URL, no
+permission), 3 endpoint, model or results database unavailable (the embedded gateway could not
+start, e.g. its port is taken), 130 interrupted. Every failure is one line on stderr (with
+``--json``: ``{"error", "exit_code"}`` on stdout); ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from agent.cli_boundary import boundary_group
 from evaluation.config import EvalConfig
 from evaluation.evaluate import EvalError, EvalResult, evaluate
 from evaluation.leaderboard import compare, leaderboard
@@ -26,18 +30,36 @@ console = Console(stderr=True)
 
 
 def _fail(message: str, code: int, as_json: bool) -> None:
+    message = " ".join(str(message).split())  # one line, never wrapped to the terminal
     if as_json:
         click.echo(json.dumps({"error": message, "exit_code": code}))
     else:
-        console.print(f"[red]error:[/red] {message}")
+        click.echo(f"error: {message}", err=True)
     sys.exit(code)
+
+
+def _error_of(exc: BaseException) -> tuple[int, str] | None:
+    """maze-eval's expected failures (see the module docstring for the codes)."""
+    from sqlalchemy import exc as sa
+
+    if isinstance(exc, EvalError):
+        return exc.exit_code, str(exc)
+    if isinstance(exc, sa.ArgumentError):
+        return EXIT_BAD_INPUT, f"bad results database URL: {exc}"
+    if isinstance(exc, sa.OperationalError):
+        url = getattr(exc, "url", None) or "the results database"
+        if "unable to open database file" in str(exc.orig):
+            return EXIT_BAD_INPUT, f"cannot open the results database file ({exc.orig}); check --db and its folder's permissions"
+        return EXIT_UNAVAILABLE, f"{url} unavailable: {str(exc.orig).strip()}"
+    return None
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-@click.group(invoke_without_command=True, context_settings={"auto_envvar_prefix": "MAZE", "help_option_names": ["-h", "--help"]})
+@click.group(cls=boundary_group(_error_of), invoke_without_command=True,
+             context_settings={"auto_envvar_prefix": "MAZE", "help_option_names": ["-h", "--help"]})
 @click.option("--endpoint", help="OpenAI-compatible base URL (default: the embedded gateway)")
 @click.option("--api-key", default="EMPTY", show_default=True, help="bearer token for the endpoint")
 @click.option("--base", help="base model id (default: the endpoint's first base model)")
@@ -54,8 +76,9 @@ def _pct(x: float | None) -> str:
 @click.option("--resume", "resume", metavar="RUN", help="continue run RUN: play only missing or errored episodes")
 @click.option("--db", help="results database: SQLAlchemy URL or SQLite path (default: MAZE_DB or ~/.local/share/maze-gateway/results.db)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON on stdout")
+@click.option("-v", "--verbose", is_flag=True, help="show the traceback of a failure")
 @click.pass_context
-def main(ctx: click.Context, as_json: bool, resume: str | None, **opts) -> None:
+def main(ctx: click.Context, as_json: bool, resume: str | None, verbose: bool, **opts) -> None:
     """Score BASE[:ADAPTER] on the maze set and store the run (no subcommand)."""
     ctx.ensure_object(dict)
     ctx.obj.update(db=opts["db"])
@@ -83,18 +106,23 @@ def _run_with_progress(cfg: EvalConfig, resume: str | None, quiet: bool) -> Eval
     counts = {"solved": 0, "errors": 0, "done": 0}
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("solve rate {task.fields[rate]}  errors {task.fields[errors]}"), TimeElapsedColumn()]
-    with Progress(*columns, console=console, disable=quiet, transient=False) as progress:
-        task = progress.add_task("episodes", total=None, rate="-", errors=0)
+    progress = Progress(*columns, console=console, disable=quiet, transient=False)
+    task = progress.add_task("episodes", total=None, rate="-", errors=0)
 
-        def on_episode(rec, done, total) -> None:
-            counts["done"] += 1
-            counts["solved"] += rec.success
-            counts["errors"] += rec.stop_reason.value == "error"
-            scored = counts["done"] - counts["errors"]
-            rate = f"{counts['solved'] / scored:.1%}" if scored else "-"
-            progress.update(task, completed=done, total=total, rate=rate, errors=counts["errors"])
+    def on_episode(rec, done, total) -> None:
+        if not progress.live.is_started:  # shown from the first episode: a run that cannot start prints no bar
+            progress.start()
+        counts["done"] += 1
+        counts["solved"] += rec.success
+        counts["errors"] += rec.stop_reason.value == "error"
+        scored = counts["done"] - counts["errors"]
+        rate = f"{counts['solved'] / scored:.1%}" if scored else "-"
+        progress.update(task, completed=done, total=total, rate=rate, errors=counts["errors"])
 
+    try:
         return evaluate(cfg, resume=resume, on_episode=on_episode)
+    finally:
+        progress.stop()
 
 
 def _print_result(r: EvalResult) -> None:

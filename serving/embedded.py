@@ -116,10 +116,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _port_free(port: int) -> bool:
+def _port_free(port: int, reuse: bool = True) -> bool:
+    """Whether ``port`` can be bound the way its server binds it. With ``reuse`` (SO_REUSEADDR, as
+    moto, Ray's GCS and Serve's proxy set it) a port whose old connections linger in TIME_WAIT
+    counts as free; without it (Serve's direct-ingress replica binds so) it does not."""
     with socket.socket() as s:
-        # SO_REUSEADDR as servers set it: a port with only TIME_WAIT connections left counts as free.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((HOST, port))
             return True
@@ -297,8 +300,17 @@ def _session_pids(sid: int) -> list[int]:
     return pids
 
 
-def _stop_group(sid: int, grace_s: float = 20.0) -> None:
-    """SIGTERM every process of the session ``sid``, then SIGKILL what is left after ``grace_s``."""
+def _reap(pids: list[int]) -> None:
+    for pid in pids:  # our own children (moto, Ray started by this process) would linger as zombies
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def _stop_group(sid: int, grace_s: float = 20.0, kill_wait_s: float = 10.0) -> list[int]:
+    """SIGTERM every process of the session ``sid``, SIGKILL what is left after ``grace_s``, and
+    wait until none is left; returns the pids still alive after ``kill_wait_s`` more (normally none)."""
     pids = _session_pids(sid)
     for pid in pids:
         try:
@@ -306,18 +318,46 @@ def _stop_group(sid: int, grace_s: float = 20.0) -> None:
         except OSError:
             pass
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        for pid in pids:  # reap our own children so they do not linger as zombies
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
+    while time.monotonic() < deadline and any(_alive(p) for p in _session_pids(sid)):
+        _reap(pids)
         time.sleep(0.2)
-    for pid in _session_pids(sid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    deadline = time.monotonic() + kill_wait_s
+    while True:
+        left = [p for p in _session_pids(sid) if _alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap(left)
+        time.sleep(0.1)
+
+
+def stack_ports(state: EmbeddedState) -> dict[str, int]:
+    """The fixed ports a stack holds (HTTP, S3, Ray's GCS, metrics), by role."""
+    ports = {"HTTP": urlparse(state.base_url).port, "S3": urlparse(state.s3_endpoint).port,
+             "Ray GCS": int(state.ray_address.rpartition(":")[2]), "metrics": state.metrics_port}
+    return {role: port for role, port in ports.items() if port}
+
+
+def _http_reuse(cfg: dict | ServingConfig) -> bool:
+    # Ray 2.60's direct-ingress replica binds without SO_REUSEADDR: until the connections the old
+    # replica closed have left TIME_WAIT (up to a minute), a new replica cannot bind the port.
+    ingress = cfg.ingress if isinstance(cfg, ServingConfig) else cfg.get("ingress")
+    return ingress != "direct"
+
+
+def _wait_ports_free(ports: dict[str, int], timeout: float, http_reuse: bool = True) -> dict[str, int]:
+    """Wait until every port can be bound as its server binds it; returns those still taken at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        taken = {role: port for role, port in ports.items()
+                 if not _port_free(port, reuse=http_reuse or role != "HTTP")}
+        if not taken or time.monotonic() > deadline:
+            return taken
+        time.sleep(0.1)
 
 
 # -- public API -----------------------------------------------------------------------------------
@@ -339,8 +379,9 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
     if current.get("running"):
         raise EmbeddedError(f"an embedded stack is already running ({current.get('base_url')}); `maze-serve down` first")
     _check_models(cfg)
-    if not _port_free(cfg.port):
-        raise EmbeddedError(f"HTTP port {cfg.port} on {HOST} is taken; free it or use a config with another port")
+    if not _port_free(cfg.port, reuse=_http_reuse(cfg)):
+        raise EmbeddedError(f"HTTP port {cfg.port} on {HOST} is taken (by another server, or by connections of one "
+                            f"that stopped in the last minute); free it or use a config with another port")
     base_url = f"http://{HOST}:{cfg.port}/v1"
     t0 = time.monotonic()
     progress(f"starting local S3 on {cfg.adapters.endpoint_url}")
@@ -365,17 +406,28 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
     return base_url
 
 
-def down() -> bool:
-    """Stop what ``up`` started (Ray's process group, then S3). False when nothing was running."""
+def down(port_timeout: float = 150.0) -> bool:
+    """Stop what ``up`` started (Ray's session, then S3) and return once every process of both
+    sessions has exited and the stack's ports can be bound again, so ``up`` can follow at once.
+    False when nothing was running.
+
+    Raises:
+        EmbeddedError: a process that survived SIGKILL, or a port still taken after ``port_timeout``
+            (connections a killed server had open stay in TIME_WAIT for up to a minute).
+    """
     state = read_state()
     if state is None:
         return False
-    _stop_group(state.ray_pid)
-    _stop_group(state.moto_pid)
+    left = _stop_group(state.ray_pid) + _stop_group(state.moto_pid)
+    taken = _wait_ports_free(stack_ports(state), port_timeout, http_reuse=_http_reuse(state.config))
     _state_file().unlink(missing_ok=True)
     import shutil
 
     shutil.rmtree(state.ray_temp_dir, ignore_errors=True)
+    if left or taken:
+        what = ([f"pids {left} still alive"] if left else []) + [f"{role} port {port} still taken"
+                                                                  for role, port in taken.items()]
+        raise EmbeddedError(f"stack stopped incompletely: {'; '.join(what)}")
     return True
 
 

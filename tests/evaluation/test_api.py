@@ -13,6 +13,7 @@ import uvicorn
 from agent.scripted_server import create_app
 from evaluation import EvalConfig, evaluate
 from evaluation.api import router
+from tests.net_trap import ConnectionTrap
 
 
 @pytest.fixture(scope="module")
@@ -66,48 +67,12 @@ def test_leaderboard_json(gateway, tmp_path, monkeypatch):
     assert row["model"] == "bfs" and row["summary"]["n"] == 8 and row["summary"]["solved"] == 8
 
 
-class _Trap:
-    """A TCP listener on 127.0.0.1 that records every connection made to it (and any bytes sent)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.received: list[bytes] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.settimeout(1)
-                try:
-                    self.received.append(conn.recv(65536))
-                except OSError:
-                    self.received.append(b"")
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
-
-
 def test_episode_never_calls_the_host_the_client_names(gateway):
     """A hostile Host header must not make the gateway connect there (nor send the caller's key)."""
-    trap = _Trap()
-    try:
+    with ConnectionTrap() as trap:
         r = httpx.post(f"{gateway}/v1/episodes", json={"model": "bfs", "seed": 5}, timeout=60,
                        headers={"Host": f"127.0.0.1:{trap.port}", "Authorization": "Bearer sk-secret-of-the-caller"})
         time.sleep(0.3)  # a connection attempt, if any, has been accepted by now
-    finally:
-        trap.close()
     assert r.status_code == 200, r.text
     assert r.json()["success"] and r.json()["seed"] == 5
     assert trap.received == [], trap.received

@@ -138,8 +138,17 @@ class Stack:
         self.cfg, self.assets, self.base_url = cfg, assets, base_url
         self.root = base_url.removesuffix("/v1")
         self.base = cfg.base_models[0].id
-        self.client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=120)
+        self._connect()
+
+    def _connect(self) -> None:
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=KEY, max_retries=0, timeout=120)
         self.http = httpx.Client(base_url=self.root, headers={"Authorization": f"Bearer {KEY}"}, timeout=120)
+
+    def close_connections(self) -> None:
+        """Close the clients' pooled connections (fresh clients take their place)."""
+        self.client.close()
+        self.http.close()
+        self._connect()
 
     @property
     def store(self) -> AdapterStore:
