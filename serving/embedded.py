@@ -325,6 +325,7 @@ def _stop_group(sid: int, grace_s: float = 20.0, kill_wait_s: float = 10.0) -> l
     while True:
         left = [p for p in _session_pids(sid) if _alive(p)]
         if not left or time.monotonic() > deadline:
+            _reap(pids)  # exited children of this process (moto, `ray start`) leave no zombie behind
             return left
         for pid in left:
             try:

@@ -2,7 +2,9 @@
 
 ``render``, ``spec``, ``dataset`` and ``manifests`` need no cluster; ``submit``, ``status``,
 ``logs``, ``stop``, ``list``, ``sync``, ``checkpoints`` and ``publish`` are in
-``training.cli_jobs``. Exit codes: 0 done, 1 failed, 2 bad input, 3 cluster or store unavailable.
+``training.cli_jobs``. Exit codes: 0 done, 1 failed (or an unexpected error), 2 bad input (spec,
+options, unknown job, missing file, no permission), 3 cluster or store unavailable, 130
+interrupted. Every failure is one line on stderr; ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import click
 import yaml
 from pydantic import ValidationError
 
+from agent.cli_boundary import boundary_group
 from training.cli_jobs import register as register_cluster_commands
 from training.dataset import DEFAULT_EVAL_ROWS, DEFAULT_TRAIN_ROWS, DatasetConfig, write_datasets
 from training.k8s import write_manifests
@@ -32,11 +35,29 @@ def _load_spec(spec_path: str | None) -> TrainSpec:
     try:
         return TrainSpec.from_file(spec_path) if spec_path else TrainSpec()
     except (ValidationError, yaml.YAMLError) as exc:
-        click.echo(f"error: invalid spec {spec_path}:\n{exc}", err=True)
+        click.echo(f"error: invalid spec {spec_path}: {' '.join(str(exc).split())}", err=True)
         sys.exit(EXIT_BAD_INPUT)
 
 
-@click.group(context_settings={"auto_envvar_prefix": "MAZE_TRAIN", "help_option_names": ["-h", "--help"]})
+def _error_of(exc: BaseException) -> tuple[int, str] | None:
+    """maze-train's expected failures, mapped once where the CLI starts (codes in the module docstring)."""
+    from training.jobs import JobError
+
+    if isinstance(exc, JobError):
+        return (3 if "cannot reach" in str(exc) else 2), str(exc)
+    if isinstance(exc, (ValidationError, yaml.YAMLError)):
+        return EXIT_BAD_INPUT, f"invalid input: {exc}"
+    module = type(exc).__module__
+    if module.startswith(("botocore", "boto3", "s3transfer")):
+        return 3, f"S3 unavailable: {exc}"
+    if module.startswith("sqlalchemy"):
+        return 3, f"results database unavailable: {getattr(exc, 'orig', None) or exc}"
+    if module.startswith("serving"):  # publish: the adapter store's own errors carry their status
+        return (3 if getattr(exc, "status_code", 0) == 503 else EXIT_BAD_INPUT), str(exc)
+    return None
+
+
+@click.group(cls=boundary_group(_error_of), context_settings={"auto_envvar_prefix": "MAZE_TRAIN", "help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="log progress to stderr")
 def main(verbose: bool) -> None:
     """Train maze agents with SkyRL GRPO on a Ray cluster, from one typed spec."""
