@@ -141,9 +141,10 @@ def _print_result(r: EvalResult) -> None:
 @main.command("leaderboard")
 @click.option("--env", "env_id", help="only this maze variant")
 @click.option("--curves", is_flag=True, help="also list training-curve points")
+@click.option("--wide", is_flag=True, help="every column (path efficiency, invalid actions, date); needs ~150 columns")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def leaderboard_cmd(obj: dict, env_id: str | None, curves: bool, as_json: bool) -> None:
+def leaderboard_cmd(obj: dict, env_id: str | None, curves: bool, wide: bool, as_json: bool) -> None:
     """One row per (base, adapter, env, protocol): the latest complete run."""
     store = Store(obj.get("db"))
     rows = leaderboard(store, env_id)
@@ -152,18 +153,35 @@ def leaderboard_cmd(obj: dict, env_id: str | None, curves: bool, as_json: bool) 
         data = [{"model": r.model, **r.model_dump(mode="json")} for r in rows]
         click.echo(json.dumps({"rows": data, "curves": points} if curves else data, indent=2, default=str))
         return
-    table = Table(title="maze-eval leaderboard")
-    for col in ("model", "env", "protocol", "solve rate", "95% CI", "n", "turns (solved)", "path eff.", "invalid", "run", "date"):
-        table.add_column(col)
+    Console().print(leaderboard_table(rows, points, wide=wide))
+
+
+def leaderboard_table(rows: list, points: list[dict], *, wide: bool = False) -> Table:
+    """The leaderboard as a table that fits 80 columns (``wide``: every column): long cells wrap
+    onto more lines instead of being cut."""
+    table = Table(title="maze-eval leaderboard", pad_edge=False, collapse_padding=True)
+    columns = ["model", "env", "protocol", "solve rate", "95% CI", "n", "turns", "run"]
+    if wide:
+        columns[7:7] = ["path eff.", "invalid"]
+        columns.append("date")
+    for col in columns:
+        table.add_column(col, overflow="fold", no_wrap=col in ("solve rate", "95% CI", "n"))
     for r in rows:
         s = r.summary
-        table.add_row(r.model, r.env_id, r.protocol, _pct(s.solve_rate), f"{s.ci_low:.1%}-{s.ci_high:.1%}", str(s.n),
-                      f"{s.mean_turns_solved:.2f}" if s.mean_turns_solved else "-", _pct(s.path_efficiency),
-                      _pct(s.invalid_action_rate), r.run_id, r.date)
+        cells = [r.model, r.env_id, r.protocol, _pct(s.solve_rate), f"{s.ci_low:.1%}-{s.ci_high:.1%}", str(s.n),
+                 f"{s.mean_turns_solved:.2f}" if s.mean_turns_solved else "-", r.run_id]
+        if wide:
+            cells[7:7] = [_pct(s.path_efficiency), _pct(s.invalid_action_rate)]
+            cells.append(r.date)
+        table.add_row(*cells)
     for p in points:
-        table.add_row(f"{p['base']} [{p['source']}] step {p['step']}", p["env_id"], "-", f"{p['metric']}={p['value']:.3f}",
-                      "", "", "", "", "", "training curve", str(p["recorded_at"])[:16])
-    Console().print(table)
+        cells = [f"{p['base']} [{p['source']}] step {p['step']}", p["env_id"], "-", f"{p['metric']}={p['value']:.3f}",
+                 "", "", "", "training curve"]
+        if wide:
+            cells[7:7] = ["", ""]
+            cells.append(str(p["recorded_at"])[:16])
+        table.add_row(*cells)
+    return table
 
 
 @main.command("compare")
