@@ -114,7 +114,7 @@ def down() -> None:
     """Stop the embedded stack started by `up`."""
     from serving import embedded
 
-    click.echo("stopped" if embedded.down() else "not running")
+    click.echo("stopped" if embedded.down(progress=lambda msg: click.echo(f"... {msg}", err=True)) else "not running")
 
 
 @main.command()
@@ -130,6 +130,27 @@ def status(as_json: bool) -> None:
         state = "ready" if info["ready"] else ("starting or unhealthy" if info["running"] else "not running")
         click.echo(f"{state}" + (f"\t{info['base_url']}\tmetrics {info['metrics_url']}" if info["running"] else ""))
     sys.exit(0 if info["ready"] else 1)
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("-n", "--lines", default=40, show_default=True, help="lines from the end of NAME")
+def logs(name: str | None, lines: int) -> None:
+    """List the embedded stack's log files; with NAME (a file name or path from the list), print its end."""
+    from serving import embedded
+
+    files = embedded.log_files()
+    if name is None:
+        for path in files:
+            click.echo(str(path))
+        if not files:
+            click.echo(f"no logs under {embedded.state_dir() / 'logs'}", err=True)
+        return
+    match = [p for p in files if str(p) == name or p.name == name]
+    if not match:
+        raise click.BadParameter(f"no log {name!r}; `maze-serve logs` lists them", param_hint="NAME")
+    tail = match[-1].read_text(errors="replace").splitlines()[-lines:]
+    click.echo("\n".join(tail))
 
 
 @main.group()

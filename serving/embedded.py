@@ -14,6 +14,7 @@ Pids, ports and logs live in the state dir (``$MAZE_HOME/embedded``, default
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -245,17 +246,37 @@ def _start_ray(cfg: ServingConfig) -> tuple[int, str, str, int]:
     return proc.pid, f"{HOST}:{gcs}", temp_dir, metrics
 
 
+@contextlib.contextmanager
+def _output_to(path: Path):
+    """This process's stdout and stderr go to ``path`` meanwhile: at the descriptor level, so Ray's
+    and vLLM's log records, which their own handlers write, land there too, not on the console."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "ab") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
 def _deploy(cfg: ServingConfig, address: str, ray_pid: int, progress: Callable[[str], None]) -> None:
     os.environ.update(RAY_ENV)
-    import ray
-    from ray import serve
-
-    from serving.app import build_app
+    driver_log = state_dir() / "logs" / "deploy.log"
+    with _output_to(driver_log):
+        import ray
 
     deadline = time.monotonic() + 120
     while True:
         try:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            with _output_to(driver_log):
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
             break
         except (ConnectionError, RuntimeError) as exc:
             if not _alive(ray_pid) or time.monotonic() > deadline:
@@ -263,12 +284,18 @@ def _deploy(cfg: ServingConfig, address: str, ray_pid: int, progress: Callable[[
             time.sleep(1)
     try:
         progress("Ray up; deploying the gateway app")
-        serve.start(http_options={"host": cfg.host, "port": direct_ingress.proxy_port(cfg, _free_port)})
-        # No per-request access log lines: on a small node they cost more than the routing.
-        logging_config = {"log_level": "WARNING", "enable_access_log": False}
-        serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False, logging_config=logging_config)
+        with _output_to(driver_log):
+            from ray import serve
+
+            from serving.app import build_app
+
+            serve.start(http_options={"host": cfg.host, "port": direct_ingress.proxy_port(cfg, _free_port)})
+            # No per-request access log lines: on a small node they cost more than the routing.
+            logging_config = {"log_level": "WARNING", "enable_access_log": False}
+            serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False, logging_config=logging_config)
     finally:
-        ray.shutdown()  # the app and Serve are detached: they outlive this driver
+        with _output_to(driver_log):
+            ray.shutdown()  # the app and Serve are detached: they outlive this driver
 
 
 def _wait_ready(base_url: str, ray_pid: int, timeout: float, progress: Callable[[str], None]) -> None:
@@ -350,14 +377,19 @@ def _http_reuse(cfg: dict | ServingConfig) -> bool:
     return ingress != "direct"
 
 
-def _wait_ports_free(ports: dict[str, int], timeout: float, http_reuse: bool = True) -> dict[str, int]:
+def _wait_ports_free(ports: dict[str, int], timeout: float, http_reuse: bool = True,
+                     progress: Callable[[str], None] | None = None) -> dict[str, int]:
     """Wait until every port can be bound as its server binds it; returns those still taken at ``timeout``."""
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    told = False
     while True:
         taken = {role: port for role, port in ports.items()
                  if not _port_free(port, reuse=http_reuse or role != "HTTP")}
-        if not taken or time.monotonic() > deadline:
+        if not taken or time.monotonic() > start + timeout:
             return taken
+        if progress and not told and time.monotonic() > start + 2:
+            told = True
+            progress(f"waiting for ports {taken} to be released (old connections linger up to a minute)")
         time.sleep(0.1)
 
 
@@ -385,6 +417,7 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
                             f"that stopped in the last minute); free it or use a config with another port")
     base_url = f"http://{HOST}:{cfg.port}/v1"
     t0 = time.monotonic()
+    progress(f"logs go to {state_dir() / 'logs'} (`maze-serve logs` lists them)")
     progress(f"starting local S3 on {cfg.adapters.endpoint_url}")
     moto_pid = start_s3(cfg, adapters)
     progress("starting Ray on 127.0.0.1")
@@ -407,7 +440,7 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
     return base_url
 
 
-def down(port_timeout: float = 150.0) -> bool:
+def down(port_timeout: float = 150.0, progress: Callable[[str], None] | None = None) -> bool:
     """Stop what ``up`` started (Ray's session, then S3) and return once every process of both
     sessions has exited and the stack's ports can be bound again, so ``up`` can follow at once.
     False when nothing was running.
@@ -420,7 +453,7 @@ def down(port_timeout: float = 150.0) -> bool:
     if state is None:
         return False
     left = _stop_group(state.ray_pid) + _stop_group(state.moto_pid)
-    taken = _wait_ports_free(stack_ports(state), port_timeout, http_reuse=_http_reuse(state.config))
+    taken = _wait_ports_free(stack_ports(state), port_timeout, http_reuse=_http_reuse(state.config), progress=progress)
     _state_file().unlink(missing_ok=True)
     import shutil
 
@@ -444,6 +477,16 @@ def status() -> dict:
             "state_dir": str(state_dir()), "metrics_url": f"http://{HOST}:{state.metrics_port}/metrics"}
 
 
+def log_files() -> list[Path]:
+    """The stack's log files: moto, `ray start` and the deploying driver (state dir), then Ray's own
+    (its session's logs folder: GCS, raylet, Serve controller and replicas, vLLM), newest last."""
+    own = sorted((state_dir() / "logs").glob("*.log"))
+    state = read_state()
+    ray_logs = Path(state.ray_temp_dir) / "session_latest" / "logs" if state else None
+    ray_files = sorted(p for p in ray_logs.rglob("*") if p.is_file()) if ray_logs and ray_logs.is_dir() else []
+    return own + sorted(ray_files, key=lambda p: p.stat().st_mtime)
+
+
 def ensure_embedded_gateway() -> str:
     """base_url of the running embedded gateway, starting it when none is ready."""
     current = status()
@@ -464,4 +507,5 @@ def wait_for(fn: Callable[[], bool], timeout: float, interval: float = 0.5) -> b
     return False
 
 
-__all__ = ["EmbeddedError", "down", "ensure_embedded_gateway", "s3_env", "start_s3", "status", "stop_s3", "up"]
+__all__ = ["EmbeddedError", "down", "ensure_embedded_gateway", "log_files", "s3_env", "start_s3", "status", "stop_s3",
+           "up"]

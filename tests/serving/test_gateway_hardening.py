@@ -142,6 +142,22 @@ def test_fuzz_openapi_no_5xx_and_openai_shaped_4xx(stack):
     assert stack.http.get("/health").status_code == 200  # still serving
 
 
+def test_stack_logs_are_files_listed_by_maze_serve_logs(stack):
+    """Ray's, vLLM's and the deploying driver's output goes to files under MAZE_HOME, not the console."""
+    from click.testing import CliRunner
+
+    from serving.cli import main
+
+    listed = CliRunner().invoke(main, ["logs"])
+    assert listed.exit_code == 0, listed.output
+    names = {line.rsplit("/", 1)[-1] for line in listed.output.splitlines()}
+    assert {"deploy.log", "moto.log", "ray.log"} <= names, names
+    assert any("/logs/serve/" in line for line in listed.output.splitlines())  # Ray's Serve controller and replicas
+    tail = CliRunner().invoke(main, ["logs", "deploy.log", "-n", "5"])
+    assert tail.exit_code == 0 and tail.output.strip()
+    assert CliRunner().invoke(main, ["logs", "nope.log"]).exit_code == 2
+
+
 def test_down_returns_when_everything_is_gone_and_up_follows(stack):
     """`down` returns only once every process and port of the stack is free; `up` right after works."""
     import psutil
