@@ -84,9 +84,10 @@ def main(ctx: click.Context, as_json: bool, resume: str | None, verbose: bool, *
     ctx.obj.update(db=opts["db"])
     if ctx.invoked_subcommand is not None:
         return
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING)
     for noisy in ("httpx", "httpx2", "openai"):  # per-request lines would drown the progress bar
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    _show_gateway_progress()
     try:
         cfg = EvalConfig(**{k: v for k, v in opts.items() if v is not None})
     except ValidationError as exc:
@@ -100,6 +101,17 @@ def main(ctx: click.Context, as_json: bool, resume: str | None, verbose: bool, *
     else:
         _print_result(result)
     sys.exit(EXIT_OK if result.status == "complete" else EXIT_INCOMPLETE)
+
+
+def _show_gateway_progress() -> None:
+    """The embedded gateway's start-up steps (a minute or two the first time) as plain "... " lines
+    on stderr; its engines' own logs go to files (`maze-serve logs`)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("... %(message)s"))
+    embedded_log = logging.getLogger("serving.embedded")
+    embedded_log.setLevel(logging.INFO)
+    embedded_log.addHandler(handler)
+    embedded_log.propagate = False
 
 
 def _run_with_progress(cfg: EvalConfig, resume: str | None, quiet: bool) -> EvalResult:
@@ -136,6 +148,8 @@ def _print_result(r: EvalResult) -> None:
               f"invalid actions {_pct(s.invalid_action_rate)}")
     if r.status != "complete":
         out.print(f"[yellow]{s.errors} episodes errored; continue with: maze-eval --resume {r.run_id}[/yellow]")
+    out.print(f"next: maze-eval report {r.run_id}  |  maze-eval leaderboard  |  maze-eval compare {r.run_id} OTHER_RUN",
+              soft_wrap=True)
 
 
 @main.command("leaderboard")
