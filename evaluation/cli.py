@@ -49,7 +49,8 @@ def _error_of(exc: BaseException) -> tuple[int, str] | None:
     if isinstance(exc, sa.OperationalError):
         url = getattr(exc, "url", None) or "the results database"
         if "unable to open database file" in str(exc.orig):
-            return EXIT_BAD_INPUT, f"cannot open the results database file ({exc.orig}); check --db and its folder's permissions"
+            return EXIT_BAD_INPUT, (f"cannot open the results database file ({exc.orig}); "
+                                    "check --db and its folder's permissions")
         return EXIT_UNAVAILABLE, f"{url} unavailable: {str(exc.orig).strip()}"
     return None
 

@@ -61,7 +61,8 @@ def _store(cfg: ServingConfig) -> AdapterStore:
     return AdapterStore(cfg.adapters)
 
 
-@click.group(cls=boundary_group(_error_of), context_settings={"auto_envvar_prefix": "MAZE", "help_option_names": ["-h", "--help"]})
+@click.group(cls=boundary_group(_error_of),
+             context_settings={"auto_envvar_prefix": "MAZE", "help_option_names": ["-h", "--help"]})
 @click.option("-c", "--config", "config", help="shipped config name (embedded, production) or YAML path; default: embedded")
 @click.option("-v", "--verbose", is_flag=True, help="debug logging")
 @click.pass_context

@@ -142,8 +142,10 @@ class LimitsSpec(_Model):
         2048 * 2048, ge=1,
         description="largest image in pixels (width x height from its header, checked before decoding; 413 above)")
     max_request_pixels: int = Field(
-        16 * 2**20, ge=1, description="image pixels in all in one request: bounds the vision work per request (413 above)")
-    max_choices: int = Field(16, ge=1, description="largest `n` (and `best_of`): completions generated per request (400 above)")
+        16 * 2**20, ge=1,
+        description="image pixels in all in one request: bounds the vision work per request (413 above)")
+    max_choices: int = Field(
+        16, ge=1, description="largest `n` (and `best_of`): completions generated per request (400 above)")
 
 
 class ServingConfig(_Model):

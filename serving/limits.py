@@ -164,7 +164,8 @@ def check_request(body: Any, limits: LimitsSpec) -> RequestStats:
     for where, part in content_parts(body):
         kind = _get(part, "type")
         if kind not in SERVED_PART_TYPES:
-            raise BadRequest(f"{where}: content part type {kind!r} is not served; use one of {sorted(SERVED_PART_TYPES)}")
+            raise BadRequest(f"{where}: content part type {kind!r} is not served; "
+                             f"use one of {sorted(SERVED_PART_TYPES)}")
         if kind != "image_url":
             continue
         images += 1

@@ -57,7 +57,8 @@ def _error_of(exc: BaseException) -> tuple[int, str] | None:
     return None
 
 
-@click.group(cls=boundary_group(_error_of), context_settings={"auto_envvar_prefix": "MAZE_TRAIN", "help_option_names": ["-h", "--help"]})
+@click.group(cls=boundary_group(_error_of),
+             context_settings={"auto_envvar_prefix": "MAZE_TRAIN", "help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="log progress to stderr")
 def main(verbose: bool) -> None:
     """Train maze agents with SkyRL GRPO on a Ray cluster, from one typed spec."""

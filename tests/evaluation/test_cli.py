@@ -58,7 +58,8 @@ def test_bad_input_exit_codes(scripted, tmp_path):
 def test_leaderboard_fits_80_columns(scripted, tmp_path):
     """In an 80-column terminal every cell is shown whole (wrapped, never cut with an ellipsis)."""
     db = str(tmp_path / "r.db")
-    assert invoke("--endpoint", scripted.url, "--seeds", "0-3", "--run-name", "a-rather-long-run-name", db=db).exit_code == 0
+    run = invoke("--endpoint", scripted.url, "--seeds", "0-3", "--run-name", "a-rather-long-run-name", db=db)
+    assert run.exit_code == 0
     out = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["--db", db, "leaderboard"]).output
     assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80, out
     body = [line.split("│")[1:-1] for line in out.splitlines() if line.startswith("│")]
