@@ -57,7 +57,12 @@ def in_process_client(app: Any, api_key: str, timeout_s: float):
     """
     from openai import AsyncOpenAI
 
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async def isolated(scope, receive, send):
+        # Its own task, so context variables the app sets per request (Serve's request context, the
+        # resolved model) stay with that request, as for a request that came over the network.
+        await asyncio.create_task(app(scope, receive, send))
+
+    transport = httpx.ASGITransport(app=isolated, raise_app_exceptions=False)
     http = httpx.AsyncClient(transport=transport, base_url=INTERNAL_BASE_URL, timeout=timeout_s)
     return AsyncOpenAI(base_url=INTERNAL_BASE_URL, api_key=api_key, http_client=http, max_retries=0)
 
