@@ -4,7 +4,8 @@
 ...) before the request is handed to the engine, so vLLM never parses or decodes what fails here:
 
 * OpenAI's validation where vLLM is laxer: message roles are OpenAI's, ``messages`` is not empty,
-  content parts are the types this gateway serves (``text``, ``image_url``), ``n`` is bounded;
+  content parts are the types this gateway serves (``text``, ``image_url``), sampling fields are
+  within OpenAI's ranges, ``n`` is bounded;
 * images arrive inline as ``data:`` URLs: the gateway never fetches remote URLs (that would let
   any caller make the cluster download arbitrary content), so ``http(s)://`` and ``file:`` URLs
   are a 400;
@@ -32,6 +33,9 @@ from serving.errors import BadRequest, ImageTooLarge, InvalidImage, RequestTooLa
 OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 # Content parts the served models take (images and text); "refusal" is OpenAI's assistant part.
 SERVED_PART_TYPES = frozenset({"text", "image_url", "refusal"})
+# OpenAI's documented ranges for sampling fields vLLM checks more loosely (or not at all).
+OPENAI_RANGES = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2),
+                 "top_logprobs": (0, 20)}
 # Request fields that hold chat messages or multimodal score inputs.
 _CONTENT_FIELDS = ("messages", "text_1", "text_2")
 
@@ -149,13 +153,18 @@ def check_request(body: Any, limits: LimitsSpec) -> RequestStats:
     """Every check of one engine request, before the engine sees it.
 
     Raises:
-        BadRequest: a role or part type OpenAI or this gateway does not take, no messages, too
-            many choices or images, a non-``data:`` image URL (400).
+        BadRequest: a role or part type OpenAI or this gateway does not take, no messages, a
+            sampling field outside OpenAI's range, too many choices or images, a non-``data:``
+            image URL (400).
         InvalidImage: image data that is not an image (400).
         RequestTooLarge: an image over ``max_image_bytes`` (413).
         ImageTooLarge: an image over ``max_image_pixels``, or images over ``max_request_pixels`` in all (413).
     """
     _check_roles(_get(body, "messages"))
+    for field, (low, high) in OPENAI_RANGES.items():
+        value = _get(body, field)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not low <= value <= high:
+            raise BadRequest(f"{field}: {value} is outside [{low}, {high}]")
     for field in ("n", "best_of"):
         value = _get(body, field)
         if isinstance(value, int) and value > limits.max_choices:

@@ -97,6 +97,8 @@ def test_pixels_per_request_bounded():
     ({"messages": []}, "at least one message"),
     ({"messages": [{"role": "user", "content": [{"type": "image_embeds", "image_embeds": "AAAA"}]}]}, "image_embeds"),
     ({"messages": [{"role": "user", "content": "hi"}], "n": 17}, "n: 17 choices"),
+    ({"messages": [{"role": "user", "content": "hi"}], "temperature": 2.5}, "temperature: 2.5 is outside"),
+    ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 21}, "top_logprobs: 21"),
     ({"text_1": "a", "text_2": {"content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}},
      "text_2.content\\[0\\]: image_url must be a data: URL"),
 ])
