@@ -168,7 +168,7 @@ def test_down_returns_when_everything_is_gone_and_up_follows(stack):
     t0 = time.monotonic()
     assert embedded.down() is True
     down_s = time.monotonic() - t0
-    left = [p.pid for p in psutil.process_iter() if _sid(p.pid) in (state.ray_pid, state.moto_pid)]
+    left = [p.pid for p in psutil.process_iter() if _sid(p.pid) in (state.ray_pid, state.moto_pid) and _running(p)]
     assert left == []
     # Bindable as each server binds it: the direct-ingress replica without SO_REUSEADDR, the rest with it.
     assert all(embedded._port_free(port, reuse=role != "HTTP" or stack.cfg.ingress != "direct")
@@ -178,6 +178,16 @@ def test_down_returns_when_everything_is_gone_and_up_follows(stack):
     print(f"\ndown {down_s:.1f}s, up again {time.monotonic() - t0:.0f}s")
     assert base_url == stack.base_url
     assert stack.first_logprobs(stack.base)
+
+
+def _running(proc) -> bool:
+    """Alive and not a zombie (an exited process whose parent has not reaped it yet holds nothing)."""
+    import psutil
+
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _sid(pid: int) -> int | None:
