@@ -48,8 +48,9 @@ def replica_rss_mb(ray_sid: int) -> float:
     return round(total / 2**20, 1)
 
 
-async def soak(base_url: str, model: str, concurrency: int, duration_s: float, sample) -> dict:
-    cfg = RunnerConfig(retry=RetryPolicy(max_attempts=1), concurrency=1, sampling=SamplingParams(max_tokens=16))
+async def soak(base_url: str, model: str, concurrency: int, duration_s: float, sample, max_turns: int | None) -> dict:
+    cfg = RunnerConfig(retry=RetryPolicy(max_attempts=1), concurrency=1, sampling=SamplingParams(max_tokens=16),
+                       max_turns=max_turns)
     policy = OpenAIPolicy(EndpointConfig(base_url=base_url, model=model, timeout_s=600))
     stats = {"episodes": 0, "errored": 0, "turns": 0, "solved": 0, "errors": {}}
     next_seed = iter(range(10**9))
@@ -94,6 +95,7 @@ def main() -> int:
     ap.add_argument("--duration-s", type=float, default=180.0)
     ap.add_argument("--endpoint", help="a running gateway's base URL (default: start the embedded stack)")
     ap.add_argument("--model", help="model to play (default: the stack's base with its shipped adapter)")
+    ap.add_argument("--max-turns", type=int, help="turn limit per episode (default: the variant's)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "soak.json"))
     args = ap.parse_args()
 
@@ -119,11 +121,12 @@ def main() -> int:
     state = embedded.read_state()
     sample = (lambda: replica_rss_mb(state.ray_pid)) if state else (lambda: 0.0)
     try:
-        result = asyncio.run(soak(base_url, model, args.concurrency, args.duration_s, sample))
+        result = asyncio.run(soak(base_url, model, args.concurrency, args.duration_s, sample, args.max_turns))
     finally:
         if started:
             embedded.down()
     out = {"benchmark": "soak", "model": model, "concurrency": args.concurrency, "duration_s": args.duration_s,
+           "max_turns": args.max_turns, "loadavg_1m_end": round(os.getloadavg()[0], 2),
            "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, **result}
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "replica_rss_mb"} | {
