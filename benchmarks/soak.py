@@ -5,10 +5,10 @@
 
 Starts the embedded stack (unless ``--endpoint`` names a running gateway), then keeps
 ``--concurrency`` episodes in flight (each worker plays one seed after another, the runner's real
-multi-turn loop with images) until ``--duration-s`` has passed and the episodes in flight end.
-Retries are off, so every failed request shows as an errored episode: the target is 0 errors,
-every request answered, and the serving replica's resident memory (the Serve replica and its
-vLLM engine processes) flat: start, peak and end are recorded, sampled every 2 s.
+multi-turn loop with images) for ``--duration-s``; the episodes still in flight then are cut.
+Retries are off, so every failed request shows as an errored episode and a non-200 status: the
+target is 0 errors, every response a 200, and the serving replica's resident memory (the Serve
+replica and its vLLM engine processes) flat: start, peak and end, sampled every 2 s.
 """
 
 from __future__ import annotations
@@ -49,23 +49,34 @@ def replica_rss_mb(ray_sid: int) -> float:
 
 
 async def soak(base_url: str, model: str, concurrency: int, duration_s: float, sample, max_turns: int | None) -> dict:
+    import httpx
+    from openai import AsyncOpenAI
+
+    statuses: dict[str, int] = {}
+
+    async def count(response: httpx.Response) -> None:
+        statuses[str(response.status_code)] = statuses.get(str(response.status_code), 0) + 1
+
     cfg = RunnerConfig(retry=RetryPolicy(max_attempts=1), concurrency=1, sampling=SamplingParams(max_tokens=16),
                        max_turns=max_turns)
-    policy = OpenAIPolicy(EndpointConfig(base_url=base_url, model=model, timeout_s=600))
-    stats = {"episodes": 0, "errored": 0, "turns": 0, "solved": 0, "errors": {}}
+    endpoint = EndpointConfig(base_url=base_url, model=model, timeout_s=duration_s + 600)
+    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency)
+    http = httpx.AsyncClient(timeout=endpoint.timeout_s, event_hooks={"response": [count]}, limits=limits)
+    policy = OpenAIPolicy(endpoint, client=AsyncOpenAI(base_url=base_url, api_key="EMPTY", http_client=http,
+                                                        max_retries=0))
+    stats = {"episodes_completed": 0, "episodes_errored": 0, "turns_completed": 0, "solved": 0, "errors": {}}
     next_seed = iter(range(10**9))
-    deadline = time.monotonic() + duration_s
     rss: list[tuple[float, float]] = []
     t0 = time.monotonic()
 
     async def worker() -> None:
-        while time.monotonic() < deadline:
+        while True:
             (rec,) = await run_episodes_async(policy, [EpisodeSpec(seed=next(next_seed))], cfg)
-            stats["episodes"] += 1
-            stats["turns"] += len(rec.turns)
+            stats["episodes_completed"] += 1
+            stats["turns_completed"] += len(rec.turns)
             stats["solved"] += rec.success
             if rec.stop_reason.value == "error":
-                stats["errored"] += 1
+                stats["episodes_errored"] += 1
                 key = (rec.error or "?")[:120]
                 stats["errors"][key] = stats["errors"].get(key, 0) + 1
 
@@ -75,16 +86,21 @@ async def soak(base_url: str, model: str, concurrency: int, duration_s: float, s
             await asyncio.sleep(2)
 
     watch = asyncio.create_task(sampler())
-    try:
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    finally:
-        watch.cancel()
-        await policy.aclose()
+    workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    # Bounded: at the deadline the episodes in flight are cut (counted, not scored as errors).
+    await asyncio.wait(workers, timeout=duration_s)
+    for task in (*workers, watch):
+        task.cancel()
+    await asyncio.gather(*workers, watch, return_exceptions=True)
+    failed = [t.exception() for t in workers if not t.cancelled() and t.exception() is not None]
+    await policy.aclose()
     rss.append((round(time.monotonic() - t0, 1), sample()))
     elapsed = time.monotonic() - t0
     values = [v for _, v in rss]
-    return {**stats, "elapsed_s": round(elapsed, 1), "episodes_per_s": round(stats["episodes"] / elapsed, 3),
-            "turns_per_s": round(stats["turns"] / elapsed, 2),
+    answered = sum(statuses.values())
+    return {**stats, "worker_crashes": [repr(e)[:200] for e in failed], "elapsed_s": round(elapsed, 1),
+            "responses_by_status": statuses, "responses": answered,
+            "responses_per_s": round(answered / elapsed, 2),
             "replica_rss_mb": {"start": values[0], "peak": max(values), "end": values[-1],
                                "samples": rss[:: max(1, len(rss) // 60)]}}
 
@@ -98,6 +114,9 @@ def main() -> int:
     ap.add_argument("--max-turns", type=int, help="turn limit per episode (default: the variant's)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "soak.json"))
     args = ap.parse_args()
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
 
     from serving import embedded
 
@@ -131,7 +150,9 @@ def main() -> int:
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "replica_rss_mb"} | {
         "replica_rss_mb": {k: v for k, v in result["replica_rss_mb"].items() if k != "samples"}}, indent=2))
-    return 0 if result["errored"] == 0 else 1
+    ok = (result["episodes_errored"] == 0 and not result["worker_crashes"]
+          and set(result["responses_by_status"]) <= {"200"})
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
