@@ -118,9 +118,10 @@ def _free_port() -> int:
 
 
 def _port_free(port: int, reuse: bool = True) -> bool:
-    """Whether ``port`` can be bound the way its server binds it. With ``reuse`` (SO_REUSEADDR, as
-    moto, Ray's GCS and Serve's proxy set it) a port whose old connections linger in TIME_WAIT
-    counts as free; without it (Serve's direct-ingress replica binds so) it does not."""
+    """Whether ``port`` can be bound the way its server binds it: with ``reuse`` (SO_REUSEADDR, as
+    moto, Ray's GCS and Serve's proxy set it) or without (Serve's direct-ingress replica). Without
+    it, connections a stopped server closed keep the port for up to a minute (TIME_WAIT); a
+    server that bound without SO_REUSEADDR leaves connections that block either way."""
     with socket.socket() as s:
         if reuse:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -129,6 +130,13 @@ def _port_free(port: int, reuse: bool = True) -> bool:
             return True
         except OSError:
             return False
+
+
+def _listening(port: int) -> bool:
+    """Whether a server accepts connections on ``port`` (as opposed to old connections lingering there)."""
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((HOST, port)) == 0
 
 
 def _alive(pid: int) -> bool:
@@ -413,8 +421,9 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
         raise EmbeddedError(f"an embedded stack is already running ({current.get('base_url')}); `maze-serve down` first")
     _check_models(cfg)
     if not _port_free(cfg.port, reuse=_http_reuse(cfg)):
-        raise EmbeddedError(f"HTTP port {cfg.port} on {HOST} is taken (by another server, or by connections of one "
-                            f"that stopped in the last minute); free it or use a config with another port")
+        # Nothing listening: only connections of a server that stopped linger (TIME_WAIT), gone within a minute.
+        if _listening(cfg.port) or _wait_ports_free({"HTTP": cfg.port}, 75, http_reuse=False, progress=progress):
+            raise EmbeddedError(f"HTTP port {cfg.port} on {HOST} is taken; free it or use a config with another port")
     base_url = f"http://{HOST}:{cfg.port}/v1"
     t0 = time.monotonic()
     progress(f"logs go to {state_dir() / 'logs'} (`maze-serve logs` lists them)")

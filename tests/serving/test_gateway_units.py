@@ -268,3 +268,25 @@ def test_ray_auth_token_is_made_on_a_fresh_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "other"))
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(made))
     assert ensure_auth_token(ray_exe) is None and not (tmp_path / "other" / ".ray").exists()
+
+
+def test_port_check_sees_lingering_connections_as_the_replica_bind_does():
+    """A server without SO_REUSEADDR (Serve's direct-ingress replica) that closed its side of a
+    connection leaves the port unbindable (TIME_WAIT) though nothing listens: `down` waits for it and
+    `up` tells it apart from a port another server holds."""
+    import socket
+
+    from serving.embedded import _listening, _port_free
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = listener.accept()
+    assert _listening(port) and not _port_free(port, reuse=False)
+    accepted.close()  # the server closes first, as a stopped replica does
+    listener.close()
+    client.recv(1)
+    client.close()
+    assert not _port_free(port, reuse=False) and not _listening(port)
