@@ -1,7 +1,10 @@
 """Evaluation routes a gateway mounts next to the OpenAI routes (same app, same auth).
 
 * ``POST /v1/episodes`` plays one episode server-side against the gateway's own OpenAI routes
-  and returns the trajectory (an :class:`~agent.records.EpisodeRecord`).
+  and returns the trajectory (an :class:`~agent.records.EpisodeRecord`). Those routes are called
+  in-process, through the app that received the request (never over the network): nothing in
+  the request (``Host`` header, body) decides where the gateway sends requests, and the caller's
+  key goes nowhere but the same app's auth check.
 * ``GET /v1/leaderboard`` returns the leaderboard as JSON.
 
 The gateway loads this router by import path (``ServingConfig.extensions``), so ``serving``
@@ -13,17 +16,22 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.config import EndpointConfig, RetryPolicy, RunnerConfig, SamplingParams
+from agent.policies import OpenAIPolicy
 from agent.registration import DEFAULT_ENV_ID
-from agent.runner import EpisodeSpec, run_endpoint_async
+from agent.runner import EpisodeSpec, run_episodes_async
 from evaluation.leaderboard import leaderboard
 from evaluation.store import Store
 
 router = APIRouter(tags=["evaluation"])
 MAX_SEED = 2**63 - 1
+# A name for the in-process client's URLs only: its transport is the app itself, so nothing
+# resolves or connects to this host.
+INTERNAL_BASE_URL = "http://gateway.internal/v1"
 
 
 class EpisodeRequest(BaseModel):
@@ -41,9 +49,22 @@ class EpisodeRequest(BaseModel):
     history: str = Field("full", description="'full' or 'window:K'")
 
 
-def _self_url(request: Request) -> str:
-    # The gateway calls its own OpenAI routes on the address the client reached it at.
-    return str(request.base_url).rstrip("/") + "/v1"
+def in_process_client(app: Any, api_key: str, timeout_s: float):
+    """An OpenAI client whose transport is ``app`` itself (ASGI, same process, no socket).
+
+    The episode's requests go through the same middleware (auth, limits, metrics) and routes as
+    a client's, at a fixed internal URL: no part of the incoming request picks the destination.
+    """
+    from openai import AsyncOpenAI
+
+    async def isolated(scope, receive, send):
+        # Its own task, so context variables the app sets per request (Serve's request context, the
+        # resolved model) stay with that request, as for a request that came over the network.
+        await asyncio.create_task(app(scope, receive, send))
+
+    transport = httpx.ASGITransport(app=isolated, raise_app_exceptions=False)
+    http = httpx.AsyncClient(transport=transport, base_url=INTERNAL_BASE_URL, timeout=timeout_s)
+    return AsyncOpenAI(base_url=INTERNAL_BASE_URL, api_key=api_key, http_client=http, max_retries=0)
 
 
 @router.post("/v1/episodes")
@@ -56,8 +77,12 @@ async def play_episode(body: EpisodeRequest, request: Request) -> dict[str, Any]
         raise HTTPException(400, "; ".join(e["msg"] for e in exc.errors())) from None
     auth = request.headers.get("authorization", "")
     api_key = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else "EMPTY"
-    endpoint = EndpointConfig(base_url=_self_url(request), api_key=api_key, model=body.model)
-    (record,) = await run_endpoint_async(endpoint, [EpisodeSpec(seed=body.seed)], cfg)
+    endpoint = EndpointConfig(base_url=INTERNAL_BASE_URL, api_key=api_key, model=body.model)
+    policy = OpenAIPolicy(endpoint, client=in_process_client(request.app, api_key, endpoint.timeout_s))
+    try:
+        (record,) = await run_episodes_async(policy, [EpisodeSpec(seed=body.seed)], cfg)
+    finally:
+        await policy.aclose()
     if record.stop_reason.value == "error" and record.num_turns == 0 and "HTTP 404" in (record.error or ""):
         raise HTTPException(404, f"model {body.model!r} not found: {record.error}")
     return record.model_dump(mode="json")

@@ -1,7 +1,10 @@
 """``maze-eval``: score an adapter on the fixed maze set; leaderboard, compare and report.
 
 Exit codes (stable): 0 done, 1 run incomplete (errored episodes remain; ``--resume`` retries
-them), 2 bad input, 3 endpoint or model unavailable.
+them) or an unexpected error, 2 bad input (options, unknown run, results database path or URL, no
+permission), 3 endpoint, model or results database unavailable (the embedded gateway could not
+start, e.g. its port is taken), 130 interrupted. Every failure is one line on stderr (with
+``--json``: ``{"error", "exit_code"}`` on stdout); ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from agent.cli_boundary import boundary_group
 from evaluation.config import EvalConfig
 from evaluation.evaluate import EvalError, EvalResult, evaluate
 from evaluation.leaderboard import compare, leaderboard
@@ -26,18 +30,37 @@ console = Console(stderr=True)
 
 
 def _fail(message: str, code: int, as_json: bool) -> None:
+    message = " ".join(str(message).split())  # one line, never wrapped to the terminal
     if as_json:
         click.echo(json.dumps({"error": message, "exit_code": code}))
     else:
-        console.print(f"[red]error:[/red] {message}")
+        click.echo(f"error: {message}", err=True)
     sys.exit(code)
+
+
+def _error_of(exc: BaseException) -> tuple[int, str] | None:
+    """maze-eval's expected failures (see the module docstring for the codes)."""
+    from sqlalchemy import exc as sa
+
+    if isinstance(exc, EvalError):
+        return exc.exit_code, str(exc)
+    if isinstance(exc, sa.ArgumentError):
+        return EXIT_BAD_INPUT, f"bad results database URL: {exc}"
+    if isinstance(exc, sa.OperationalError):
+        url = getattr(exc, "url", None) or "the results database"
+        if "unable to open database file" in str(exc.orig):
+            return EXIT_BAD_INPUT, (f"cannot open the results database file ({exc.orig}); "
+                                    "check --db and its folder's permissions")
+        return EXIT_UNAVAILABLE, f"{url} unavailable: {str(exc.orig).strip()}"
+    return None
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-@click.group(invoke_without_command=True, context_settings={"auto_envvar_prefix": "MAZE", "help_option_names": ["-h", "--help"]})
+@click.group(cls=boundary_group(_error_of), invoke_without_command=True,
+             context_settings={"auto_envvar_prefix": "MAZE", "help_option_names": ["-h", "--help"]})
 @click.option("--endpoint", help="OpenAI-compatible base URL (default: the embedded gateway)")
 @click.option("--api-key", default="EMPTY", show_default=True, help="bearer token for the endpoint")
 @click.option("--base", help="base model id (default: the endpoint's first base model)")
@@ -54,16 +77,18 @@ def _pct(x: float | None) -> str:
 @click.option("--resume", "resume", metavar="RUN", help="continue run RUN: play only missing or errored episodes")
 @click.option("--db", help="results database: SQLAlchemy URL or SQLite path (default: MAZE_DB or ~/.local/share/maze-gateway/results.db)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON on stdout")
+@click.option("-v", "--verbose", is_flag=True, help="show the traceback of a failure")
 @click.pass_context
-def main(ctx: click.Context, as_json: bool, resume: str | None, **opts) -> None:
+def main(ctx: click.Context, as_json: bool, resume: str | None, verbose: bool, **opts) -> None:
     """Score BASE[:ADAPTER] on the maze set and store the run (no subcommand)."""
     ctx.ensure_object(dict)
     ctx.obj.update(db=opts["db"])
     if ctx.invoked_subcommand is not None:
         return
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING)
     for noisy in ("httpx", "httpx2", "openai"):  # per-request lines would drown the progress bar
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    _show_gateway_progress()
     try:
         cfg = EvalConfig(**{k: v for k, v in opts.items() if v is not None})
     except ValidationError as exc:
@@ -79,22 +104,38 @@ def main(ctx: click.Context, as_json: bool, resume: str | None, **opts) -> None:
     sys.exit(EXIT_OK if result.status == "complete" else EXIT_INCOMPLETE)
 
 
+def _show_gateway_progress() -> None:
+    """The embedded gateway's start-up steps (a minute or two the first time) as plain "... " lines
+    on stderr; its engines' own logs go to files (`maze-serve logs`)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("... %(message)s"))
+    embedded_log = logging.getLogger("serving.embedded")
+    embedded_log.setLevel(logging.INFO)
+    embedded_log.addHandler(handler)
+    embedded_log.propagate = False
+
+
 def _run_with_progress(cfg: EvalConfig, resume: str | None, quiet: bool) -> EvalResult:
     counts = {"solved": 0, "errors": 0, "done": 0}
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("solve rate {task.fields[rate]}  errors {task.fields[errors]}"), TimeElapsedColumn()]
-    with Progress(*columns, console=console, disable=quiet, transient=False) as progress:
-        task = progress.add_task("episodes", total=None, rate="-", errors=0)
+    progress = Progress(*columns, console=console, disable=quiet, transient=False)
+    task = progress.add_task("episodes", total=None, rate="-", errors=0)
 
-        def on_episode(rec, done, total) -> None:
-            counts["done"] += 1
-            counts["solved"] += rec.success
-            counts["errors"] += rec.stop_reason.value == "error"
-            scored = counts["done"] - counts["errors"]
-            rate = f"{counts['solved'] / scored:.1%}" if scored else "-"
-            progress.update(task, completed=done, total=total, rate=rate, errors=counts["errors"])
+    def on_episode(rec, done, total) -> None:
+        if not progress.live.is_started:  # shown from the first episode: a run that cannot start prints no bar
+            progress.start()
+        counts["done"] += 1
+        counts["solved"] += rec.success
+        counts["errors"] += rec.stop_reason.value == "error"
+        scored = counts["done"] - counts["errors"]
+        rate = f"{counts['solved'] / scored:.1%}" if scored else "-"
+        progress.update(task, completed=done, total=total, rate=rate, errors=counts["errors"])
 
+    try:
         return evaluate(cfg, resume=resume, on_episode=on_episode)
+    finally:
+        progress.stop()
 
 
 def _print_result(r: EvalResult) -> None:
@@ -108,14 +149,17 @@ def _print_result(r: EvalResult) -> None:
               f"invalid actions {_pct(s.invalid_action_rate)}")
     if r.status != "complete":
         out.print(f"[yellow]{s.errors} episodes errored; continue with: maze-eval --resume {r.run_id}[/yellow]")
+    out.print(f"next: maze-eval report {r.run_id}  |  maze-eval leaderboard  |  maze-eval compare {r.run_id} OTHER_RUN",
+              soft_wrap=True)
 
 
 @main.command("leaderboard")
 @click.option("--env", "env_id", help="only this maze variant")
 @click.option("--curves", is_flag=True, help="also list training-curve points")
+@click.option("--wide", is_flag=True, help="every column (path efficiency, invalid actions, date); needs ~150 columns")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def leaderboard_cmd(obj: dict, env_id: str | None, curves: bool, as_json: bool) -> None:
+def leaderboard_cmd(obj: dict, env_id: str | None, curves: bool, wide: bool, as_json: bool) -> None:
     """One row per (base, adapter, env, protocol): the latest complete run."""
     store = Store(obj.get("db"))
     rows = leaderboard(store, env_id)
@@ -124,18 +168,35 @@ def leaderboard_cmd(obj: dict, env_id: str | None, curves: bool, as_json: bool) 
         data = [{"model": r.model, **r.model_dump(mode="json")} for r in rows]
         click.echo(json.dumps({"rows": data, "curves": points} if curves else data, indent=2, default=str))
         return
-    table = Table(title="maze-eval leaderboard")
-    for col in ("model", "env", "protocol", "solve rate", "95% CI", "n", "turns (solved)", "path eff.", "invalid", "run", "date"):
-        table.add_column(col)
+    Console().print(leaderboard_table(rows, points, wide=wide))
+
+
+def leaderboard_table(rows: list, points: list[dict], *, wide: bool = False) -> Table:
+    """The leaderboard as a table that fits 80 columns (``wide``: every column): long cells wrap
+    onto more lines instead of being cut."""
+    table = Table(title="maze-eval leaderboard", pad_edge=False, collapse_padding=True)
+    columns = ["model", "env", "protocol", "solve rate", "95% CI", "n", "turns", "run"]
+    if wide:
+        columns[7:7] = ["path eff.", "invalid"]
+        columns.append("date")
+    for col in columns:
+        table.add_column(col, overflow="fold", no_wrap=col in ("solve rate", "95% CI", "n"))
     for r in rows:
         s = r.summary
-        table.add_row(r.model, r.env_id, r.protocol, _pct(s.solve_rate), f"{s.ci_low:.1%}-{s.ci_high:.1%}", str(s.n),
-                      f"{s.mean_turns_solved:.2f}" if s.mean_turns_solved else "-", _pct(s.path_efficiency),
-                      _pct(s.invalid_action_rate), r.run_id, r.date)
+        cells = [r.model, r.env_id, r.protocol, _pct(s.solve_rate), f"{s.ci_low:.1%}-{s.ci_high:.1%}", str(s.n),
+                 f"{s.mean_turns_solved:.2f}" if s.mean_turns_solved else "-", r.run_id]
+        if wide:
+            cells[7:7] = [_pct(s.path_efficiency), _pct(s.invalid_action_rate)]
+            cells.append(r.date)
+        table.add_row(*cells)
     for p in points:
-        table.add_row(f"{p['base']} [{p['source']}] step {p['step']}", p["env_id"], "-", f"{p['metric']}={p['value']:.3f}",
-                      "", "", "", "", "", "training curve", str(p["recorded_at"])[:16])
-    Console().print(table)
+        cells = [f"{p['base']} [{p['source']}] step {p['step']}", p["env_id"], "-", f"{p['metric']}={p['value']:.3f}",
+                 "", "", "", "training curve"]
+        if wide:
+            cells[7:7] = ["", ""]
+            cells.append(str(p["recorded_at"])[:16])
+        table.add_row(*cells)
+    return table
 
 
 @main.command("compare")

@@ -96,7 +96,12 @@ async def _resolve_endpoint(cfg: EvalConfig) -> str:
             "no --endpoint given and the embedded gateway is not installed (serving extra); "
             "pass --endpoint http://HOST:PORT/v1"
         ) from exc
-    return await asyncio.to_thread(ensure_embedded_gateway)
+    from serving.errors import ServingError
+
+    try:
+        return await asyncio.to_thread(ensure_embedded_gateway)
+    except ServingError as exc:  # port taken, missing model, stack not ready: the endpoint is unavailable
+        raise EndpointUnavailable(f"the embedded gateway could not start: {exc}") from exc
 
 
 async def _new_manifest(cfg: EvalConfig) -> RunManifest:

@@ -1,7 +1,9 @@
 """``maze-serve``: run the gateway (up/down/status), render its manifest, manage adapters.
 
-Exit codes: 0 ok, 1 failure, 2 bad input (invalid adapter, bad name, bad config),
-3 adapter store unavailable, 4 not found / already exists.
+Exit codes: 0 ok; 1 the embedded stack could not start or stop (port taken, model missing, not
+ready), `status` not ready, or an unexpected error; 2 bad input (invalid adapter, bad name, bad
+config, no permission, missing file); 3 adapter store unavailable; 4 not found / already exists;
+130 interrupted. Every failure is one line on stderr; ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import sys
 from pathlib import Path
 
 import click
+import yaml
 from pydantic import ValidationError
 
+from agent.cli_boundary import boundary_group
 from serving.adapters import AdapterStore
 from serving.config import ServingConfig, load_config
 from serving.errors import AdapterExists, AdapterNotFound, AdapterStoreUnavailable, ServingError
@@ -29,11 +33,24 @@ def _exit_code(exc: ServingError) -> int:
     return 2
 
 
+def _error_of(exc: BaseException) -> tuple[int, str] | None:
+    """maze-serve's expected failures (see the module docstring for the codes)."""
+    from serving.embedded import EmbeddedError
+
+    if isinstance(exc, EmbeddedError):
+        return 1, str(exc)
+    if isinstance(exc, ServingError):
+        return _exit_code(exc), str(exc)
+    if isinstance(exc, (ValidationError, yaml.YAMLError)):
+        return 2, f"bad serving config: {exc}"
+    return None
+
+
 def _config(ctx: click.Context) -> ServingConfig:
     try:
         return load_config(ctx.obj["config"])
-    except (ValidationError, ValueError, OSError) as exc:
-        click.echo(f"error: bad serving config: {exc}", err=True)
+    except (ValidationError, ValueError, OSError, yaml.YAMLError) as exc:
+        click.echo(f"error: bad serving config: {' '.join(str(exc).split())}", err=True)
         sys.exit(2)
 
 
@@ -44,13 +61,15 @@ def _store(cfg: ServingConfig) -> AdapterStore:
     return AdapterStore(cfg.adapters)
 
 
-@click.group(context_settings={"auto_envvar_prefix": "MAZE", "help_option_names": ["-h", "--help"]})
+@click.group(cls=boundary_group(_error_of),
+             context_settings={"auto_envvar_prefix": "MAZE", "help_option_names": ["-h", "--help"]})
 @click.option("-c", "--config", "config", help="shipped config name (embedded, production) or YAML path; default: embedded")
 @click.option("-v", "--verbose", is_flag=True, help="debug logging")
 @click.pass_context
 def main(ctx: click.Context, config: str | None, verbose: bool) -> None:
     """Serve maze agents: an OpenAI-compatible gateway with LoRA adapters from S3."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # Progress and results are printed by the commands; library INFO lines (botocore, Ray) only with --verbose.
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     ctx.ensure_object(dict)["config"] = config
 
 
@@ -96,7 +115,7 @@ def down() -> None:
     """Stop the embedded stack started by `up`."""
     from serving import embedded
 
-    click.echo("stopped" if embedded.down() else "not running")
+    click.echo("stopped" if embedded.down(progress=lambda msg: click.echo(f"... {msg}", err=True)) else "not running")
 
 
 @main.command()
@@ -112,6 +131,27 @@ def status(as_json: bool) -> None:
         state = "ready" if info["ready"] else ("starting or unhealthy" if info["running"] else "not running")
         click.echo(f"{state}" + (f"\t{info['base_url']}\tmetrics {info['metrics_url']}" if info["running"] else ""))
     sys.exit(0 if info["ready"] else 1)
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("-n", "--lines", default=40, show_default=True, help="lines from the end of NAME")
+def logs(name: str | None, lines: int) -> None:
+    """List the embedded stack's log files; with NAME (a file name or path from the list), print its end."""
+    from serving import embedded
+
+    files = embedded.log_files()
+    if name is None:
+        for path in files:
+            click.echo(str(path))
+        if not files:
+            click.echo(f"no logs under {embedded.state_dir() / 'logs'}", err=True)
+        return
+    match = [p for p in files if str(p) == name or p.name == name]
+    if not match:
+        raise click.BadParameter(f"no log {name!r}; `maze-serve logs` lists them", param_hint="NAME")
+    tail = match[-1].read_text(errors="replace").splitlines()[-lines:]
+    click.echo("\n".join(tail))
 
 
 @main.group()

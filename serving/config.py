@@ -147,6 +147,14 @@ class LimitsSpec(_Model):
     max_body_bytes: int = Field(8 * 2**20, ge=1024, description="largest request body (413 above)")
     max_images_per_request: int = Field(32, ge=0, description="image parts per request (400 above)")
     max_image_bytes: int = Field(2 * 2**20, ge=1, description="largest decoded image (413 above)")
+    max_image_pixels: int = Field(
+        2048 * 2048, ge=1,
+        description="largest image in pixels (width x height from its header, checked before decoding; 413 above)")
+    max_request_pixels: int = Field(
+        16 * 2**20, ge=1,
+        description="image pixels in all in one request: bounds the vision work per request (413 above)")
+    max_choices: int = Field(
+        16, ge=1, description="largest `n` (and `best_of`): completions generated per request (400 above)")
 
 
 class ServingConfig(_Model):

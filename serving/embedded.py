@@ -14,6 +14,7 @@ Pids, ports and logs live in the state dir (``$MAZE_HOME/embedded``, default
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -96,15 +97,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _port_free(port: int) -> bool:
+def _port_free(port: int, reuse: bool = True) -> bool:
+    """Whether ``port`` can be bound the way its server binds it: with ``reuse`` (SO_REUSEADDR, as
+    moto, Ray's GCS and Serve's proxy set it) or without (Serve's direct-ingress replica). Without
+    it, connections a stopped server closed keep the port for up to a minute (TIME_WAIT); a
+    server that bound without SO_REUSEADDR leaves connections that block either way."""
     with socket.socket() as s:
-        # SO_REUSEADDR as servers set it: a port with only TIME_WAIT connections left counts as free.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((HOST, port))
             return True
         except OSError:
             return False
+
+
+def _listening(port: int) -> bool:
+    """Whether a server accepts connections on ``port`` (as opposed to old connections lingering there)."""
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((HOST, port)) == 0
 
 
 def _alive(pid: int) -> bool:
@@ -222,17 +234,37 @@ def _start_ray(cfg: ServingConfig) -> tuple[int, str, str, int]:
     return proc.pid, f"{HOST}:{gcs}", temp_dir, metrics
 
 
+@contextlib.contextmanager
+def _output_to(path: Path):
+    """This process's stdout and stderr go to ``path`` meanwhile: at the descriptor level, so Ray's
+    and vLLM's log records, which their own handlers write, land there too, not on the console."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "ab") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
 def _deploy(cfg: ServingConfig, address: str, ray_pid: int, progress: Callable[[str], None]) -> None:
     os.environ.update(RAY_ENV)
-    import ray
-    from ray import serve
-
-    from serving.app import build_app
+    driver_log = state_dir() / "logs" / "deploy.log"
+    with _output_to(driver_log):
+        import ray
 
     deadline = time.monotonic() + 120
     while True:
         try:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            with _output_to(driver_log):
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
             break
         except (ConnectionError, RuntimeError) as exc:
             if not _alive(ray_pid) or time.monotonic() > deadline:
@@ -240,12 +272,18 @@ def _deploy(cfg: ServingConfig, address: str, ray_pid: int, progress: Callable[[
             time.sleep(1)
     try:
         progress("Ray up; deploying the gateway app")
-        serve.start(http_options={"host": cfg.host, "port": direct_ingress.proxy_port(cfg, _free_port)})
-        # No per-request access log lines: on a small node they cost more than the routing.
-        logging_config = {"log_level": "WARNING", "enable_access_log": False}
-        serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False, logging_config=logging_config)
+        with _output_to(driver_log):
+            from ray import serve
+
+            from serving.app import build_app
+
+            serve.start(http_options={"host": cfg.host, "port": direct_ingress.proxy_port(cfg, _free_port)})
+            # No per-request access log lines: on a small node they cost more than the routing.
+            logging_config = {"log_level": "WARNING", "enable_access_log": False}
+            serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False, logging_config=logging_config)
     finally:
-        ray.shutdown()  # the app and Serve are detached: they outlive this driver
+        with _output_to(driver_log):
+            ray.shutdown()  # the app and Serve are detached: they outlive this driver
 
 
 def _wait_ready(base_url: str, ray_pid: int, timeout: float, progress: Callable[[str], None]) -> None:
@@ -277,8 +315,17 @@ def _session_pids(sid: int) -> list[int]:
     return pids
 
 
-def _stop_group(sid: int, grace_s: float = 20.0) -> None:
-    """SIGTERM every process of the session ``sid``, then SIGKILL what is left after ``grace_s``."""
+def _reap(pids: list[int]) -> None:
+    for pid in pids:  # our own children (moto, Ray started by this process) would linger as zombies
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def _stop_group(sid: int, grace_s: float = 20.0, kill_wait_s: float = 10.0) -> list[int]:
+    """SIGTERM every process of the session ``sid``, SIGKILL what is left after ``grace_s``, and
+    wait until none is left; returns the pids still alive after ``kill_wait_s`` more (normally none)."""
     pids = _session_pids(sid)
     for pid in pids:
         try:
@@ -286,18 +333,52 @@ def _stop_group(sid: int, grace_s: float = 20.0) -> None:
         except OSError:
             pass
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        for pid in pids:  # reap our own children so they do not linger as zombies
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
+    while time.monotonic() < deadline and any(_alive(p) for p in _session_pids(sid)):
+        _reap(pids)
         time.sleep(0.2)
-    for pid in _session_pids(sid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    deadline = time.monotonic() + kill_wait_s
+    while True:
+        left = [p for p in _session_pids(sid) if _alive(p)]
+        if not left or time.monotonic() > deadline:
+            _reap(pids)  # exited children of this process (moto, `ray start`) leave no zombie behind
+            return left
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap(left)
+        time.sleep(0.1)
+
+
+def stack_ports(state: EmbeddedState) -> dict[str, int]:
+    """The fixed ports a stack holds (HTTP, S3, Ray's GCS, metrics), by role."""
+    ports = {"HTTP": urlparse(state.base_url).port, "S3": urlparse(state.s3_endpoint).port,
+             "Ray GCS": int(state.ray_address.rpartition(":")[2]), "metrics": state.metrics_port}
+    return {role: port for role, port in ports.items() if port}
+
+
+def _http_reuse(cfg: dict | ServingConfig) -> bool:
+    # Ray 2.60's direct-ingress replica binds without SO_REUSEADDR: until the connections the old
+    # replica closed have left TIME_WAIT (up to a minute), a new replica cannot bind the port.
+    ingress = cfg.ingress if isinstance(cfg, ServingConfig) else cfg.get("ingress")
+    return ingress != "direct"
+
+
+def _wait_ports_free(ports: dict[str, int], timeout: float, http_reuse: bool = True,
+                     progress: Callable[[str], None] | None = None) -> dict[str, int]:
+    """Wait until every port can be bound as its server binds it; returns those still taken at ``timeout``."""
+    start = time.monotonic()
+    told = False
+    while True:
+        taken = {role: port for role, port in ports.items()
+                 if not _port_free(port, reuse=http_reuse or role != "HTTP")}
+        if not taken or time.monotonic() > start + timeout:
+            return taken
+        if progress and not told and time.monotonic() > start + 2:
+            told = True
+            progress(f"waiting for ports {taken} to be released (old connections linger up to a minute)")
+        time.sleep(0.1)
 
 
 # -- public API -----------------------------------------------------------------------------------
@@ -319,10 +400,13 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
     if current.get("running"):
         raise EmbeddedError(f"an embedded stack is already running ({current.get('base_url')}); `maze-serve down` first")
     _check_models(cfg)
-    if not _port_free(cfg.port):
-        raise EmbeddedError(f"HTTP port {cfg.port} on {HOST} is taken; free it or use a config with another port")
+    if not _port_free(cfg.port, reuse=_http_reuse(cfg)):
+        # Nothing listening: only connections of a server that stopped linger (TIME_WAIT), gone within a minute.
+        if _listening(cfg.port) or _wait_ports_free({"HTTP": cfg.port}, 75, http_reuse=False, progress=progress):
+            raise EmbeddedError(f"HTTP port {cfg.port} on {HOST} is taken; free it or use a config with another port")
     base_url = f"http://{HOST}:{cfg.port}/v1"
     t0 = time.monotonic()
+    progress(f"logs go to {state_dir() / 'logs'} (`maze-serve logs` lists them)")
     progress(f"starting local S3 on {cfg.adapters.endpoint_url}")
     moto_pid = start_s3(cfg, adapters)
     progress("starting Ray on 127.0.0.1")
@@ -345,17 +429,28 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
     return base_url
 
 
-def down() -> bool:
-    """Stop what ``up`` started (Ray's process group, then S3). False when nothing was running."""
+def down(port_timeout: float = 150.0, progress: Callable[[str], None] | None = None) -> bool:
+    """Stop what ``up`` started (Ray's session, then S3) and return once every process of both
+    sessions has exited and the stack's ports can be bound again, so ``up`` can follow at once.
+    False when nothing was running.
+
+    Raises:
+        EmbeddedError: a process that survived SIGKILL, or a port still taken after ``port_timeout``
+            (connections a killed server had open stay in TIME_WAIT for up to a minute).
+    """
     state = read_state()
     if state is None:
         return False
-    _stop_group(state.ray_pid)
-    _stop_group(state.moto_pid)
+    left = _stop_group(state.ray_pid) + _stop_group(state.moto_pid)
+    taken = _wait_ports_free(stack_ports(state), port_timeout, http_reuse=_http_reuse(state.config), progress=progress)
     _state_file().unlink(missing_ok=True)
     import shutil
 
     shutil.rmtree(state.ray_temp_dir, ignore_errors=True)
+    if left or taken:
+        what = ([f"pids {left} still alive"] if left else []) + [f"{role} port {port} still taken"
+                                                                  for role, port in taken.items()]
+        raise EmbeddedError(f"stack stopped incompletely: {'; '.join(what)}")
     return True
 
 
@@ -369,6 +464,16 @@ def status() -> dict:
     info = state.model_dump(exclude={"config"})
     return {**info, "running": running, "ready": ready, "s3_running": _alive(state.moto_pid),
             "state_dir": str(state_dir()), "metrics_url": f"http://{HOST}:{state.metrics_port}/metrics"}
+
+
+def log_files() -> list[Path]:
+    """The stack's log files: moto, `ray start` and the deploying driver (state dir), then Ray's own
+    (its session's logs folder: GCS, raylet, Serve controller and replicas, vLLM), newest last."""
+    own = sorted((state_dir() / "logs").glob("*.log"))
+    state = read_state()
+    ray_logs = Path(state.ray_temp_dir) / "session_latest" / "logs" if state else None
+    ray_files = sorted(p for p in ray_logs.rglob("*") if p.is_file()) if ray_logs and ray_logs.is_dir() else []
+    return own + sorted(ray_files, key=lambda p: p.stat().st_mtime)
 
 
 def ensure_embedded_gateway() -> str:
@@ -391,4 +496,4 @@ def wait_for(fn: Callable[[], bool], timeout: float, interval: float = 0.5) -> b
     return False
 
 
-__all__ = ["EmbeddedError", "down", "ensure_embedded_gateway", "start_s3", "status", "stop_s3", "up"]
+__all__ = ["EmbeddedError", "down", "ensure_embedded_gateway", "log_files", "start_s3", "status", "stop_s3", "up"]

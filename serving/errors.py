@@ -56,3 +56,15 @@ class AdapterLoadFailed(ServingError):
 
 class AdapterStoreUnavailable(ServingError):
     status_code, error_type, code = 503, "service_unavailable", "adapter_store_unavailable"
+
+
+class MissingParameter(BadRequest):
+    code = "missing_required_parameter"
+
+
+class InvalidImage(BadRequest):
+    code = "invalid_image"
+
+
+class ImageTooLarge(RequestTooLarge):
+    code = "image_too_large"

@@ -4,8 +4,9 @@
 
 * ``base:name`` -> ``base:name@version`` through the adapter store's refs (``serving.resolver``),
   so replicas load immutable, complete versions; unknown base 404, bad name 400, S3 trouble 503;
-* image checks (``serving.limits``) and, in :class:`GatewayMiddleware`, bearer auth, the body
-  size limit and request metrics;
+* request checks (``serving.limits``: OpenAI's roles and a required ``model``, image URLs, bytes
+  and pixels) on every engine route before the engine sees the request, and, in
+  :class:`GatewayMiddleware`, bearer auth, the body size limit and request metrics;
 * ``/v1/models`` from the store (paginated, ``?after=&limit=``, ``agent_profile`` on bases),
   ``/health`` and ``/ready``;
 * one error handler: every error leaves as ``{"error": {"message", "type", "code"}}``.
@@ -28,7 +29,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from ray.llm._internal.serve.core.configs.openai_api_models import ChatCompletionRequest, OpenAIHTTPException
+from ray.llm._internal.serve.core.configs.openai_api_models import OpenAIHTTPException
 from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS, OpenAiIngress
 from ray.llm._internal.serve.core.ingress.ingress import init as ray_ingress_app
 from ray.llm._internal.serve.core.ingress.middleware import _handle_validation_error, get_request_id
@@ -42,12 +43,13 @@ from serving.config import ServingConfig
 from serving.errors import (
     AdapterLoadFailed,
     AdapterNotFound,
+    MissingParameter,
     ModelNotFound,
     RequestTooLarge,
     ServingError,
     Unauthorized,
 )
-from serving.limits import check_messages
+from serving.limits import check_request
 from serving.metrics import metric, route_of
 from serving.resolver import AdapterResolver
 from serving.s3 import export_s3_env
@@ -248,7 +250,9 @@ class GatewayIngress(OpenAiIngress):
 
     # -- model resolution (every engine route goes through here) --------------------------------
     async def _get_model_id(self, model: str | None) -> str:
-        if model is None or model == _RESOLVED.get():
+        if not model:  # OpenAI requires it; Ray would pick the only base and hide a forgotten adapter
+            raise MissingParameter("you must provide a model parameter ('<base>' or '<base>:<adapter>')")
+        if model == _RESOLVED.get():
             return await super()._get_model_id(model)
         base, sep, name = model.partition(":")
         if base not in self._model_cards:
@@ -260,9 +264,12 @@ class GatewayIngress(OpenAiIngress):
             raise AdapterNotFound(f"adapter {name!r} is published for base {ref.base!r}, not {base!r}")
         return f"{base}:{ref.folder}"
 
-    async def chat(self, body: ChatCompletionRequest, request: Request):
-        check_messages(body.messages, self.cfg.limits)
-        return await super().chat(body, request)
+    async def _get_response(self, *, body, call_method: str, raw_request=None):
+        # Every engine route (chat, completions, embeddings, score, tokenize, ...) passes here before
+        # the engine is called: nothing that fails the checks is parsed or decoded by vLLM.
+        check_request(body, self.cfg.limits)
+        async for item in super()._get_response(body=body, call_method=call_method, raw_request=raw_request):
+            yield item
 
     async def _process_llm_request(self, body, call_method: str, raw_request=None):
         requested = body.model

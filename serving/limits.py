@@ -1,39 +1,88 @@
 """Request checks the gateway runs before anything reaches an engine (pure functions).
 
-Images must arrive inline as ``data:`` URLs: the gateway never fetches remote URLs (that would let
-any caller make the cluster download arbitrary content), so ``http(s)://`` and ``file:`` URLs are
-a 400. Image counts and decoded sizes are bounded by :class:`~serving.config.LimitsSpec`.
+:func:`check_request` runs on every engine route (chat, completions, embeddings, score, tokenize,
+...) before the request is handed to the engine, so vLLM never parses or decodes what fails here:
+
+* OpenAI's validation where vLLM is laxer: message roles are OpenAI's, ``messages`` is not empty,
+  content parts are the types this gateway serves (``text``, ``image_url``), sampling fields are
+  within OpenAI's ranges, ``n`` is bounded;
+* images arrive inline as ``data:`` URLs: the gateway never fetches remote URLs (that would let
+  any caller make the cluster download arbitrary content), so ``http(s)://`` and ``file:`` URLs
+  are a 400;
+* image counts, decoded bytes and pixels (per image and per request) are bounded by
+  :class:`~serving.config.LimitsSpec`. Pixels come from the image header (PIL reads only the
+  header on open), so a few-KB PNG that would decode to gigabytes is refused without decoding.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
+import warnings
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from serving.config import LimitsSpec
-from serving.errors import BadRequest, RequestTooLarge
+from PIL import Image, UnidentifiedImageError
 
-# Content-part types that carry a URL the engine would otherwise fetch.
-_MEDIA_PARTS = {"image_url": "image_url", "video_url": "video_url", "audio_url": "audio_url"}
+from serving.config import LimitsSpec
+from serving.errors import BadRequest, ImageTooLarge, InvalidImage, RequestTooLarge
+
+# OpenAI's chat roles ("function" is deprecated there but still accepted).
+OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Content parts the served models take (images and text); "refusal" is OpenAI's assistant part.
+SERVED_PART_TYPES = frozenset({"text", "image_url", "refusal"})
+# OpenAI's documented ranges for sampling fields vLLM checks more loosely (or not at all).
+OPENAI_RANGES = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2),
+                 "top_logprobs": (0, 20)}
+# Request fields that hold chat messages or multimodal score inputs.
+_CONTENT_FIELDS = ("messages", "text_1", "text_2")
+
+
+@dataclass(frozen=True)
+class RequestStats:
+    """What :func:`check_request` counted."""
+
+    images: int = 0
+    pixels: int = 0
 
 
 def _get(obj: Any, key: str) -> Any:
     return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
 
 
+def content_parts(obj: Any) -> Iterator[tuple[str, Any]]:
+    """Yield ``(where, part)`` for every content part (a dict with ``type``) in messages or in a
+    score request's multimodal inputs, ``where`` naming its place (``messages[2].content[1]``)."""
+    def walk(node: Any, where: str) -> Iterator[tuple[str, Any]]:
+        if isinstance(node, (list, tuple)):
+            for i, item in enumerate(node):
+                yield from walk(item, f"{where}[{i}]")
+        elif isinstance(node, dict) and "type" in node and "role" not in node:
+            yield where, node
+        elif node is not None and not isinstance(node, (str, bytes, int, float)):
+            content = _get(node, "content")
+            if isinstance(content, (list, tuple)):
+                yield from walk(content, f"{where}.content")
+
+    for field in _CONTENT_FIELDS:
+        value = _get(obj, field)
+        if value is not None:
+            yield from walk(value, field)
+
+
 def media_urls(messages: Iterable[Any]) -> Iterator[tuple[str, str]]:
-    """Yield ``(part_type, url)`` for every media part of OpenAI chat messages."""
-    for message in messages or ():
-        content = _get(message, "content")
-        if not isinstance(content, list):
-            continue
-        for part in content:
-            kind = _get(part, "type")
-            if kind not in _MEDIA_PARTS:
-                continue
-            ref = _get(part, _MEDIA_PARTS[kind])
-            url = ref if isinstance(ref, str) else _get(ref, "url")
-            yield kind, url if isinstance(url, str) else ""
+    """Yield ``(part_type, url)`` for every ``image_url`` part of OpenAI chat messages."""
+    for _, part in content_parts({"messages": list(messages or ())}):
+        if _get(part, "type") == "image_url":
+            yield "image_url", _url_of(part)
+
+
+def _url_of(part: Any) -> str:
+    ref = _get(part, "image_url")
+    url = ref if isinstance(ref, str) else _get(ref, "url")
+    return url if isinstance(url, str) else ""
 
 
 def decoded_size(data_url: str) -> int:
@@ -45,22 +94,94 @@ def decoded_size(data_url: str) -> int:
     return len(payload) * 3 // 4 - (len(payload) - len(payload.rstrip("=")))
 
 
-def check_messages(messages: Iterable[Any], limits: LimitsSpec) -> int:
-    """Validate media parts; returns the number of images.
+def image_dimensions(data_url: str) -> tuple[int, int]:
+    """(width, height) an image ``data:`` URL declares, read from its header without decoding pixels.
 
     Raises:
-        BadRequest: a non-``data:`` URL, or more images than allowed (400).
-        RequestTooLarge: an image larger than ``limits.max_image_bytes`` once decoded (413).
+        InvalidImage: not base64, or not an image PIL can identify (400).
     """
-    images = 0
-    for kind, url in media_urls(messages):
-        if not url.startswith("data:"):
-            shown = url[:60] + ("..." if len(url) > 60 else "")
-            raise BadRequest(f"{kind} must be a data: URL (remote URLs are never fetched), got {shown!r}")
-        size = decoded_size(url)
-        if size > limits.max_image_bytes:
-            raise RequestTooLarge(f"{kind} of {size} bytes exceeds the limit of {limits.max_image_bytes} bytes")
-        images += kind == "image_url"
-    if images > limits.max_images_per_request:
-        raise BadRequest(f"{images} images in one request; the limit is {limits.max_images_per_request}")
-    return images
+    head, _, payload = data_url.partition(",")
+    try:
+        raw = base64.b64decode(payload, validate=False) if ";base64" in head else payload.encode("latin-1")
+    except (binascii.Error, ValueError, UnicodeEncodeError) as exc:
+        raise InvalidImage(f"image data is not valid base64: {exc}") from None
+    try:
+        with warnings.catch_warnings():
+            # PIL warns above ~89 Mpx and refuses above ~179 Mpx on open; the gateway's own bound
+            # (below those) decides, so its warning is noise here.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(raw)) as img:  # reads the header only; .load() would decode
+                return img.size
+    except Image.DecompressionBombError as exc:
+        raise ImageTooLarge(f"image declares too many pixels: {exc}") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise InvalidImage(f"image data is not a readable image ({type(exc).__name__})") from None
+
+
+def _check_image(where: str, url: str, limits: LimitsSpec) -> int:
+    """Checks one image part; returns its pixel count."""
+    if not url.startswith("data:"):
+        shown = url[:60] + ("..." if len(url) > 60 else "")
+        raise BadRequest(f"{where}: image_url must be a data: URL (remote URLs are never fetched), got {shown!r}")
+    size = decoded_size(url)
+    if size > limits.max_image_bytes:
+        raise RequestTooLarge(f"{where}: image of {size} bytes exceeds the limit of {limits.max_image_bytes} bytes")
+    width, height = image_dimensions(url)
+    if width * height > limits.max_image_pixels:
+        raise ImageTooLarge(f"{where}: image of {width}x{height} = {width * height} pixels exceeds the limit of "
+                            f"{limits.max_image_pixels} pixels per image")
+    return width * height
+
+
+def check_messages(messages: Iterable[Any], limits: LimitsSpec) -> int:
+    """Validate chat messages (roles, part types, images); returns the number of images."""
+    return check_request({"messages": list(messages or ())}, limits).images
+
+
+def _check_roles(messages: Any) -> None:
+    if not isinstance(messages, (list, tuple)):
+        return
+    if not messages:
+        raise BadRequest("messages: at least one message is required")
+    for i, message in enumerate(messages):
+        role = _get(message, "role")
+        if role not in OPENAI_ROLES:
+            raise BadRequest(f"messages[{i}].role: {role!r} is not one of {sorted(OPENAI_ROLES)}")
+
+
+def check_request(body: Any, limits: LimitsSpec) -> RequestStats:
+    """Every check of one engine request, before the engine sees it.
+
+    Raises:
+        BadRequest: a role or part type OpenAI or this gateway does not take, no messages, a
+            sampling field outside OpenAI's range, too many choices or images, a non-``data:``
+            image URL (400).
+        InvalidImage: image data that is not an image (400).
+        RequestTooLarge: an image over ``max_image_bytes`` (413).
+        ImageTooLarge: an image over ``max_image_pixels``, or images over ``max_request_pixels`` in all (413).
+    """
+    _check_roles(_get(body, "messages"))
+    for field, (low, high) in OPENAI_RANGES.items():
+        value = _get(body, field)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not low <= value <= high:
+            raise BadRequest(f"{field}: {value} is outside [{low}, {high}]")
+    for field in ("n", "best_of"):
+        value = _get(body, field)
+        if isinstance(value, int) and value > limits.max_choices:
+            raise BadRequest(f"{field}: {value} choices in one request; the limit is {limits.max_choices}")
+    images = pixels = 0
+    for where, part in content_parts(body):
+        kind = _get(part, "type")
+        if kind not in SERVED_PART_TYPES:
+            raise BadRequest(f"{where}: content part type {kind!r} is not served; "
+                             f"use one of {sorted(SERVED_PART_TYPES)}")
+        if kind != "image_url":
+            continue
+        images += 1
+        if images > limits.max_images_per_request:
+            raise BadRequest(f"more than {limits.max_images_per_request} images in one request (the limit)")
+        pixels += _check_image(where, _url_of(part), limits)
+        if pixels > limits.max_request_pixels:
+            raise ImageTooLarge(f"images of more than {limits.max_request_pixels} pixels in all in one request "
+                                f"(the limit per request; {where} passes it)")
+    return RequestStats(images=images, pixels=pixels)

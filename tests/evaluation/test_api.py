@@ -13,6 +13,7 @@ import uvicorn
 from agent.scripted_server import create_app
 from evaluation import EvalConfig, evaluate
 from evaluation.api import router
+from tests.net_trap import ConnectionTrap
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +65,14 @@ def test_leaderboard_json(gateway, tmp_path, monkeypatch):
     assert r.status_code == 200
     (row,) = r.json()["data"]
     assert row["model"] == "bfs" and row["summary"]["n"] == 8 and row["summary"]["solved"] == 8
+
+
+def test_episode_never_calls_the_host_the_client_names(gateway):
+    """A hostile Host header must not make the gateway connect there (nor send the caller's key)."""
+    with ConnectionTrap() as trap:
+        r = httpx.post(f"{gateway}/v1/episodes", json={"model": "bfs", "seed": 5}, timeout=60,
+                       headers={"Host": f"127.0.0.1:{trap.port}", "Authorization": "Bearer sk-secret-of-the-caller"})
+        time.sleep(0.3)  # a connection attempt, if any, has been accepted by now
+    assert r.status_code == 200, r.text
+    assert r.json()["success"] and r.json()["seed"] == 5
+    assert trap.received == [], trap.received

@@ -53,3 +53,18 @@ def test_bad_input_exit_codes(scripted, tmp_path):
     assert r.exit_code == EXIT_BAD_INPUT and "no run" in json.loads(r.stdout)["error"]
     assert invoke("compare", "x", "y", "--json", db=db).exit_code == EXIT_BAD_INPUT
     assert invoke("report", "x", db=db).exit_code == EXIT_BAD_INPUT
+
+
+def test_leaderboard_fits_80_columns(scripted, tmp_path):
+    """In an 80-column terminal every cell is shown whole (wrapped, never cut with an ellipsis)."""
+    db = str(tmp_path / "r.db")
+    run = invoke("--endpoint", scripted.url, "--seeds", "0-3", "--run-name", "a-rather-long-run-name", db=db)
+    assert run.exit_code == 0
+    out = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["--db", db, "leaderboard"]).output
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80, out
+    body = [line.split("│")[1:-1] for line in out.splitlines() if line.startswith("│")]
+    columns = ["".join(cells[j].strip() for cells in body) for j in range(len(body[0]))]  # one data row
+    run_id = json.loads(invoke("leaderboard", "--json", db=db).stdout)[0]["run_id"]
+    assert columns[0] == "bfs" and columns[3] == "100.0%" and columns[-1] == run_id, columns
+    wide = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["--db", db, "leaderboard", "--wide"]).output
+    assert "path eff." in wide and "…" not in wide

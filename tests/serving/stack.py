@@ -29,6 +29,23 @@ def png_url(side: int = 64, seed: int = 0, noisy: bool = False) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+def bomb_png_url(width: int = 12000, height: int = 12000) -> str:
+    """A real, complete 1-bit PNG of ``width x height`` black pixels: a few KB that decode to
+    ``width * height`` pixels (432 MB as RGB at 12000 x 12000)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    row = b"\x00" + b"\x00" * ((width + 7) // 8)  # filter byte + packed bits
+    compressor = zlib.compressobj(9)
+    idat = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # 1-bit grayscale
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
 def image_messages(n_images: int = 1, url: str | None = None) -> list[dict]:
     parts = [{"type": "text", "text": "You are in a maze. Move?"}]
     parts += [{"type": "image_url", "image_url": {"url": url or png_url()}} for _ in range(n_images)]
@@ -42,8 +59,17 @@ class Stack:
         self.cfg, self.assets, self.base_url = cfg, assets, base_url
         self.root = base_url.removesuffix("/v1")
         self.base = cfg.base_models[0].id
-        self.client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=120)
+        self._connect()
+
+    def _connect(self) -> None:
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=KEY, max_retries=0, timeout=120)
         self.http = httpx.Client(base_url=self.root, headers={"Authorization": f"Bearer {KEY}"}, timeout=120)
+
+    def close_connections(self) -> None:
+        """Close the clients' pooled connections (fresh clients take their place)."""
+        self.client.close()
+        self.http.close()
+        self._connect()
 
     @property
     def store(self) -> AdapterStore:

@@ -5,21 +5,40 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
+import time
 
 import pytest
+from PIL import Image
 
 from serving.adapters import AdapterStore
 from serving.app import llm_config_dicts, serving_args
 from serving.config import ServingConfig
-from serving.errors import AdapterNotFound, AdapterStoreUnavailable, BadRequest, RequestTooLarge
-from serving.limits import check_messages, decoded_size
+from serving.errors import (
+    AdapterNotFound,
+    AdapterStoreUnavailable,
+    BadRequest,
+    ImageTooLarge,
+    InvalidImage,
+    RequestTooLarge,
+)
+from serving.limits import check_messages, check_request, decoded_size, image_dimensions
 from serving.resolver import AdapterResolver
 from tests.serving.conftest import make_adapter
+from tests.serving.stack import bomb_png_url
 
 
 def _img(nbytes: int) -> str:
     return "data:image/png;base64," + base64.b64encode(b"x" * nbytes).decode()
+
+
+def _png(side: int = 8, pad_to: int = 0) -> str:
+    """A real PNG data URL, optionally padded (after IEND, which readers ignore) to ``pad_to`` bytes."""
+    buf = io.BytesIO()
+    Image.new("RGB", (side, side), (255, 0, 0)).save(buf, format="PNG")
+    raw = buf.getvalue()
+    return "data:image/png;base64," + base64.b64encode(raw + b"\0" * max(0, pad_to - len(raw))).decode()
 
 
 def _msg(*urls: str) -> list[dict]:
@@ -35,17 +54,62 @@ def test_decoded_size_is_exact(n):
 def test_limits():
     limits = ServingConfig.shipped("embedded").limits.model_copy(update={"max_images_per_request": 2,
                                                                          "max_image_bytes": 1000})
-    assert check_messages(_msg(_img(10), _img(1000)), limits) == 2
+    assert check_messages(_msg(_png(), _png(pad_to=1000)), limits) == 2
     assert check_messages([{"role": "user", "content": "text only"}], limits) == 0
     with pytest.raises(BadRequest, match="data: URL"):
         check_messages(_msg("https://example.com/a.png"), limits)
-    with pytest.raises(BadRequest, match="data: URL"):
+    with pytest.raises(BadRequest, match="'video_url' is not served"):
         check_messages([{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "file:///etc/passwd"}}]}],
                        limits)
-    with pytest.raises(BadRequest, match="3 images"):
-        check_messages(_msg(_img(1), _img(1), _img(1)), limits)
-    with pytest.raises(RequestTooLarge):
-        check_messages(_msg(_img(1001)), limits)
+    with pytest.raises(BadRequest, match="more than 2 images"):
+        check_messages(_msg(_png(), _png(), _png()), limits)
+    with pytest.raises(RequestTooLarge, match="1001 bytes"):
+        check_messages(_msg(_png(pad_to=1001)), limits)
+    with pytest.raises(InvalidImage, match="not a readable image"):
+        check_messages(_msg(_img(10)), limits)
+
+
+def test_pixel_bomb_refused_from_its_header():
+    """A ~17 KB PNG that decodes to 12000 x 12000 pixels: refused (413) without decoding it."""
+    limits = ServingConfig.shipped("embedded").limits
+    bomb = bomb_png_url(12000, 12000)
+    assert decoded_size(bomb) < limits.max_image_bytes  # the byte limit alone lets it through
+    t0 = time.perf_counter()
+    with pytest.raises(ImageTooLarge, match="12000x12000 = 144000000 pixels") as info:
+        check_messages(_msg(bomb), limits)
+    assert time.perf_counter() - t0 < 0.5  # decoding it would take seconds and ~432 MB
+    assert info.value.status_code == 413 and info.value.to_openai()["error"]["code"] == "image_too_large"
+    assert image_dimensions(bomb_png_url(300, 200)) == (300, 200)
+
+
+def test_pixels_per_request_bounded():
+    limits = ServingConfig.shipped("embedded").limits.model_copy(update={"max_image_pixels": 64 * 64,
+                                                                         "max_request_pixels": 3 * 64 * 64})
+    assert check_request({"messages": _msg(_png(64), _png(64), _png(64))}, limits).pixels == 3 * 64 * 64
+    with pytest.raises(ImageTooLarge, match="per request"):
+        check_request({"messages": _msg(_png(64), _png(64), _png(64), _png(8))}, limits)
+    with pytest.raises(ImageTooLarge, match="65x65"):
+        check_request({"messages": _msg(_png(65))}, limits)
+
+
+@pytest.mark.parametrize(("body", "match"), [
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages\\[0\\].role: 'wizard'"),
+    ({"messages": []}, "at least one message"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_embeds", "image_embeds": "AAAA"}]}]}, "image_embeds"),
+    ({"messages": [{"role": "user", "content": "hi"}], "n": 17}, "n: 17 choices"),
+    ({"messages": [{"role": "user", "content": "hi"}], "temperature": 2.5}, "temperature: 2.5 is outside"),
+    ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 21}, "top_logprobs: 21"),
+    ({"text_1": "a", "text_2": {"content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}},
+     "text_2.content\\[0\\]: image_url must be a data: URL"),
+])
+def test_openai_validation(body, match):
+    with pytest.raises(BadRequest, match=match):
+        check_request(body, ServingConfig.shipped("embedded").limits)
+
+
+def test_roles_openai_accepts():
+    messages = [{"role": r, "content": "x"} for r in ("system", "developer", "user", "assistant", "tool", "function")]
+    assert check_request({"messages": messages}, ServingConfig.shipped("embedded").limits).images == 0
 
 
 def test_extensions_validated():
@@ -204,3 +268,25 @@ def test_ray_auth_token_is_made_on_a_fresh_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "other"))
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(made))
     assert ensure_auth_token(ray_exe) is None and not (tmp_path / "other" / ".ray").exists()
+
+
+def test_port_check_sees_lingering_connections_as_the_replica_bind_does():
+    """A server without SO_REUSEADDR (Serve's direct-ingress replica) that closed its side of a
+    connection leaves the port unbindable (TIME_WAIT) though nothing listens: `down` waits for it and
+    `up` tells it apart from a port another server holds."""
+    import socket
+
+    from serving.embedded import _listening, _port_free
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = listener.accept()
+    assert _listening(port) and not _port_free(port, reuse=False)
+    accepted.close()  # the server closes first, as a stopped replica does
+    listener.close()
+    client.recv(1)
+    client.close()
+    assert not _port_free(port, reuse=False) and not _listening(port)

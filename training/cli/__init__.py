@@ -3,7 +3,8 @@
 One module per command group: :mod:`~training.cli.prepare` (render, spec, dataset, manifests; no
 cluster), :mod:`~training.cli.jobs` (submit, status, list, stop, logs), :mod:`~training.cli.curves`
 (sync) and :mod:`~training.cli.publish` (checkpoints, publish). Exit codes: 0 done, 1 failed,
-2 bad input, 3 cluster or store unavailable.
+2 bad input (spec, options, unknown job, missing file, no permission), 3 cluster or store
+unavailable, 130 interrupted. Every failure is one line on stderr; ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -11,11 +12,32 @@ from __future__ import annotations
 import logging
 
 import click
+import yaml
+from pydantic import ValidationError
 
+from agent.cli_boundary import boundary_group
 from training.cli import curves, jobs, prepare, publish
+from training.cli.common import EXIT_BAD_INPUT, EXIT_UNAVAILABLE
+from training.jobs import JobError
 
 
-@click.group(context_settings={"auto_envvar_prefix": "MAZE_TRAIN", "help_option_names": ["-h", "--help"]})
+def _error_of(exc: BaseException) -> tuple[int, str] | None:
+    """maze-train's expected failures, mapped once where the CLI starts (codes in the module docstring)."""
+    if isinstance(exc, JobError):
+        return (EXIT_UNAVAILABLE if "cannot reach" in str(exc) else EXIT_BAD_INPUT), str(exc)
+    if isinstance(exc, (ValidationError, yaml.YAMLError)):
+        return EXIT_BAD_INPUT, f"invalid input: {exc}"
+    module = type(exc).__module__
+    if module.startswith(("botocore", "boto3", "s3transfer")):
+        return EXIT_UNAVAILABLE, f"S3 unavailable: {exc}"
+    if module.startswith("sqlalchemy"):
+        return EXIT_UNAVAILABLE, f"results database unavailable: {getattr(exc, 'orig', None) or exc}"
+    if module.startswith("serving"):  # publish: the adapter store's own errors carry their status
+        return (EXIT_UNAVAILABLE if getattr(exc, "status_code", 0) == 503 else EXIT_BAD_INPUT), str(exc)
+    return None
+
+
+@click.group(cls=boundary_group(_error_of), context_settings={"auto_envvar_prefix": "MAZE_TRAIN", "help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="log progress to stderr")
 def main(verbose: bool) -> None:
     """Train maze agents with SkyRL GRPO on a Ray cluster, from one typed spec."""

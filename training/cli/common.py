@@ -25,7 +25,7 @@ def load_spec(spec_path: str | None) -> TrainSpec:
     try:
         return TrainSpec.from_file(spec_path) if spec_path else TrainSpec()
     except (ValidationError, yaml.YAMLError) as exc:
-        click.echo(f"error: invalid spec {spec_path}:\n{exc}", err=True)
+        click.echo(f"error: invalid spec {spec_path}: {' '.join(str(exc).split())}", err=True)
         sys.exit(EXIT_BAD_INPUT)
 
 
