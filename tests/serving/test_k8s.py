@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_checked_in_rayservice_is_the_rendering():
     expected = render_yaml(ServingConfig.shipped("production"))
-    assert (ROOT / "k8s" / "rayservice.yaml").read_text() == expected, "stale: run `maze-serve render -c production -o k8s/rayservice.yaml`"
+    assert (ROOT / "k8s" / "rayservice.yaml").read_text() == expected, "stale: run `maze-serve render -o k8s/rayservice.yaml`"
 
 
 def test_rayservice_validates_against_kuberay_crd():
