@@ -142,5 +142,5 @@ class MazeActionSpace(spaces.Space):
     def __repr__(self) -> str:
         return f"MazeActionSpace({list(ACTION_NAMES)})"
 
-    def __eq__(self, other: Any) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, MazeActionSpace)

@@ -38,9 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.config import EndpointConfig, RunnerConfig, SamplingParams  # noqa: E402
-from agent.runner import run_endpoint_async  # noqa: E402
-from benchmarks.stack import dev_assets, stack_config  # noqa: E402
+from agent.config import EndpointConfig, RunnerConfig, SamplingParams
+from agent.runner import run_endpoint_async
+from benchmarks.stack import dev_assets, stack_config
 
 log = logging.getLogger("lora_parity")
 ADAPTER = "maze-grpo"
@@ -109,10 +109,10 @@ def eval_wall(url: str, adapter: str | None, db: str) -> dict:
 
 
 def push_copies(cfg, folder: Path, names: list[str]) -> None:
-    from serving import embedded
     from serving.adapters import AdapterStore
+    from serving.s3 import export_s3_env
 
-    embedded.s3_env(cfg)
+    export_s3_env(cfg)
     store, spec = AdapterStore(cfg.adapters), cfg.base_models[0]
     for name in names:
         store.push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank)

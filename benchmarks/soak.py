@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.config import EndpointConfig, RetryPolicy, RunnerConfig, SamplingParams  # noqa: E402
-from agent.policies import OpenAIPolicy  # noqa: E402
-from agent.runner import EpisodeSpec, run_episodes_async  # noqa: E402
+from agent.config import EndpointConfig, RetryPolicy, RunnerConfig, SamplingParams
+from agent.policies import OpenAIPolicy
+from agent.runner import EpisodeSpec, run_episodes_async
 
 
 def replica_rss_mb(ray_sid: int) -> float:
@@ -122,7 +122,7 @@ def main() -> int:
 
     started = args.endpoint is None
     if started:
-        from tests.serving.stack import dev_assets, stack_config
+        from benchmarks.stack import dev_assets, stack_config
 
         os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix="maze-soak-")
         assets = dev_assets(n_extra=0)

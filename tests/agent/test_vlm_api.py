@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import agent  # noqa: F401  (registers the ids)
+import agent
 from agent.config import RunnerConfig
 from agent.env import Feedback, MazeEnv
 from agent.mazes import MOVES, generate_from_seed, shortest_path

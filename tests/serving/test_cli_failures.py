@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from serving.config import REPO_ROOT, ServingConfig
-from tests.serving.stack import free_port
+from benchmarks.stack import free_port
 
 
 def maze_serve(*args: str, home: Path, verbose: bool = False) -> subprocess.CompletedProcess:

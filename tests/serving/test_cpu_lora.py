@@ -13,10 +13,10 @@ import torch
 
 pytest.importorskip("vllm")
 
-from vllm.lora.layers import LoRAMapping  # noqa: E402
-from vllm.lora.punica_wrapper.punica_cpu import PunicaWrapperCPU  # noqa: E402
+from vllm.lora.layers import LoRAMapping
+from vllm.lora.punica_wrapper.punica_cpu import PunicaWrapperCPU
 
-from serving.cpu_lora import STATS, GroupedPunicaWrapperCPU, adapter_groups  # noqa: E402
+from serving.cpu_lora import STATS, GroupedPunicaWrapperCPU, adapter_groups
 
 MAX_LORAS = 4  # slots; the tests below leave the last one empty unless they say otherwise
 RANK, HIDDEN, VOCAB = 16, 48, 40
