@@ -400,10 +400,10 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
     if current.get("running"):
         raise EmbeddedError(f"an embedded stack is already running ({current.get('base_url')}); `maze-serve down` first")
     _check_models(cfg)
-    if not _port_free(cfg.port, reuse=_http_reuse(cfg)):
-        # Nothing listening: only connections of a server that stopped linger (TIME_WAIT), gone within a minute.
-        if _listening(cfg.port) or _wait_ports_free({"HTTP": cfg.port}, 75, http_reuse=False, progress=progress):
-            raise EmbeddedError(f"HTTP port {cfg.port} on {HOST} is taken; free it or use a config with another port")
+    # Nothing listening: only connections of a server that stopped linger (TIME_WAIT), gone within a minute.
+    if not _port_free(cfg.port, reuse=_http_reuse(cfg)) and (
+            _listening(cfg.port) or _wait_ports_free({"HTTP": cfg.port}, 75, http_reuse=False, progress=progress)):
+        raise EmbeddedError(f"HTTP port {cfg.port} on {HOST} is taken; free it or use a config with another port")
     base_url = f"http://{HOST}:{cfg.port}/v1"
     t0 = time.monotonic()
     progress(f"logs go to {state_dir() / 'logs'} (`maze-serve logs` lists them)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from typing import Self
 
 
 class ConnectionTrap:
@@ -39,7 +40,7 @@ class ConnectionTrap:
         self._thread.join(timeout=5)
         self.sock.close()
 
-    def __enter__(self) -> ConnectionTrap:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -25,7 +25,7 @@ def interactor_episode(env, model, seed=None, init_state=None, max_steps=20, inc
     """The call sequence of VisGym's ``Interactor.run_episode`` (gymnasium/vlm/interactor.py)."""
     while hasattr(env, "env"):  # it unwraps gymnasium wrappers this way
         env = env.env
-    obs, info = env.reset(init_state=init_state, seed=seed)
+    _obs, info = env.reset(init_state=init_state, seed=seed)
     stats = {"step": 0, "reward": 0.0, "terminated": False, "truncated": False}
     feedbacks = []
     while True:
@@ -38,7 +38,7 @@ def interactor_episode(env, model, seed=None, init_state=None, max_steps=20, inc
         if stats["step"] and include_env_feedback and "env_feedback" in info:
             prompt = "Environment feedback: " + info["env_feedback"]  # a str, or this raises
         action = model(frame, prompt)
-        obs, reward, terminated, truncated, info = env.step(action)
+        _obs, reward, terminated, truncated, info = env.step(action)
         feedbacks.append(info["env_feedback"])
         stats["step"] += 1
         stats["reward"] += reward

@@ -11,6 +11,7 @@ does; everything the runner or the skyrl-gym env may read is limited to what Vis
 from __future__ import annotations
 
 import ast
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -20,7 +21,7 @@ from agent.render import render_frame
 
 
 class VisGymStandIn(gym.Env):
-    metadata = {"render_modes": ["rgb_array", "ansi"]}
+    metadata: ClassVar[dict] = {"render_modes": ["rgb_array", "ansi"]}
 
     def __init__(self, maze_width: int = 11, maze_height: int = 11, seed: int | None = None):
         self.maze_width, self.maze_height = maze_width, maze_height
@@ -45,7 +46,7 @@ class VisGymStandIn(gym.Env):
         terminated, reward, self.env_feedback = False, 0.0, None
         try:
             name, payload = ast.literal_eval(action)
-        except Exception:
+        except Exception:  # noqa: BLE001 - VisGym treats every unparsable action this way
             self.env_feedback = f"Cannot parse action string {action!r} so the action is invalid."
             return self.render(), 0.0, False, False, self._info()
         if name == "move" and payload in (0, 1, 2, 3):

@@ -3,42 +3,24 @@ code, never a traceback (``--verbose`` shows one)."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from evaluation.cli import EXIT_BAD_INPUT, EXIT_UNAVAILABLE
 from serving.config import ServingConfig
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.cli_support import assert_one_line, closed_port, run_cli
 
 
 def maze_eval(*args: str, home: Path, verbose: bool = False) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MAZE_HOME": str(home), "MAZE_DB": str(home / "results.db")}
-    cmd = [sys.executable, "-m", "evaluation.cli", *(["--verbose"] if verbose else []), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
-
-
-def assert_one_line(done: subprocess.CompletedProcess, code: int, *fragments: str) -> None:
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == code, (done.returncode, done.stderr[-2000:])
-    assert "Traceback" not in done.stderr and len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-2000:]
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    env = {"MAZE_HOME": str(home), "MAZE_DB": str(home / "results.db")}
+    return run_cli("evaluation.cli", *args, env=env, verbose=verbose)
 
 
 def test_endpoint_down(tmp_path):
-    port = _closed_port()
+    port = closed_port()
     assert_one_line(maze_eval("--endpoint", f"http://127.0.0.1:{port}/v1", "--seeds", "0-1", home=tmp_path),
                     EXIT_UNAVAILABLE, f"127.0.0.1:{port}")
 

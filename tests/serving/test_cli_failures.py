@@ -3,31 +3,19 @@ code, never a traceback (``--verbose`` shows one)."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
-from serving.config import REPO_ROOT, ServingConfig
 from benchmarks.stack import free_port
+from serving.config import ServingConfig
+from tests.cli_support import assert_one_line, run_cli
 
 
 def maze_serve(*args: str, home: Path, verbose: bool = False) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "MAZE_HOME": str(home)}
-    cmd = [sys.executable, "-m", "serving.cli", *(["--verbose"] if verbose else []), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
-
-
-def assert_one_line(done: subprocess.CompletedProcess, code: int, *fragments: str) -> None:
-    # `up` prints its progress ("... starting local S3") before the failure: those lines are not errors.
-    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("... ")]
-    assert done.returncode == code, (done.returncode, done.stderr[-2000:])
-    assert "Traceback" not in done.stderr and len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-2000:]
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+    return run_cli("serving.cli", *args, env={"MAZE_HOME": str(home)}, verbose=verbose)
 
 
 def write_config(tmp_path: Path, **changes) -> Path:

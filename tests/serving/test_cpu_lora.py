@@ -149,7 +149,7 @@ def test_base_rows_stay_base_when_every_slot_is_in_use():
 
 
 def test_all_base_batch_is_a_no_op():
-    stock, grouped = wrappers(requests=[(4, 0), (3, 0)])
+    _stock, grouped = wrappers(requests=[(4, 0), (3, 0)])
     x, base = torch.randn(7, HIDDEN), torch.randn(7, HIDDEN)
     y = base.clone()
     grouped.add_lora_linear(y, x, (stacked(RANK, HIDDEN),), (stacked(HIDDEN, RANK),), 1.0, (HIDDEN,))

@@ -95,7 +95,7 @@ def _fuzz_cases(schema, base: str):
             @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
                       suppress_health_check=list(HealthCheck))
             @given(op.as_strategy(generation_mode=mode))
-            def draw(case):
+            def draw(case, cases=cases):
                 cases.append(case)
 
             try:

@@ -3,38 +3,18 @@ code, never a traceback (``--verbose`` shows one)."""
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.cli_support import assert_one_line, closed_port, run_cli
 
 
 def maze_train(*args: str, env: dict[str, str] | None = None, verbose: bool = False) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    full_env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, "-m", "training.cli", *(["--verbose"] if verbose else []), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=180, check=False)
-
-
-def assert_one_line(done: subprocess.CompletedProcess, code: int, *fragments: str) -> None:
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == code, (done.returncode, done.stderr[-2000:])
-    assert "Traceback" not in done.stderr and len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-2000:]
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # RAY_ADDRESS removed: the cluster is what each test names
+    return run_cli("training.cli", *args, env={"RAY_ADDRESS": None, **(env or {})}, verbose=verbose, timeout=180)
 
 
 def test_cluster_down():
-    port = _closed_port()
+    port = closed_port()
     assert_one_line(maze_train("status", "--address", f"http://127.0.0.1:{port}", "some-job"), 3,
                     f"127.0.0.1:{port}")
 
@@ -55,7 +35,7 @@ def test_missing_export_folder(tmp_path):
 
 
 def test_s3_unreachable():
-    env = {"AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{_closed_port()}", "AWS_ACCESS_KEY_ID": "x",
+    env = {"AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{closed_port()}", "AWS_ACCESS_KEY_ID": "x",
            "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1", "AWS_MAX_ATTEMPTS": "1"}
     assert_one_line(maze_train("checkpoints", "s3://maze-no-bucket/run", env=env), 3, "S3")
 

@@ -74,7 +74,7 @@ def _balanced(text: str, start: int) -> str | None:
 def _is_pair(candidate: str) -> bool:
     try:
         value = ast.literal_eval(candidate)
-    except Exception:  # any literal_eval failure (syntax, recursion, memory) just means "no"
+    except Exception:  # noqa: BLE001 - any literal_eval failure (syntax, recursion, memory) just means "no"
         return False
     return isinstance(value, tuple) and len(value) == 2
 

@@ -1,0 +1,39 @@
+"""Running a command-line tool as a real subprocess and checking its failure contract: one line
+on stderr starting with ``error:``, the documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(module: str, *args: str, env: dict[str, str | None] | None = None, verbose: bool = False,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m module [--verbose] args...`` with this checkout first on the path; ``env`` is laid
+    over this process's environment (a ``None`` value removes the variable)."""
+    merged = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    full_env = {k: v for k, v in merged.items() if v is not None}
+    cmd = [sys.executable, "-m", module, *(["--verbose"] if verbose else []), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout, check=False)
+
+
+def assert_one_line(done: subprocess.CompletedProcess, code: int, *fragments: str) -> None:
+    """Exit ``code`` and exactly one ``error:`` line naming every fragment; progress lines
+    (``... starting local S3``) printed before the failure are not errors."""
+    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("... ")]
+    assert done.returncode == code, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr and len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound once, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
