@@ -37,7 +37,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.responses import JSONResponse
 
-from serving.adapters import AdapterStore, check_name
+from serving.adapters import AdapterStore, split_model_name
 from serving.config import ServingConfig
 from serving.errors import (
     AdapterLoadFailed,
@@ -255,7 +255,8 @@ class GatewayIngress(OpenAiIngress):
             raise ModelNotFound(f"model {model!r}: unknown base model {base!r}; served: {sorted(self._model_cards)}")
         if not sep:
             return base
-        ref = await self.resolver.resolve(check_name(name))
+        # base:name follows the alias; base:name@version pins one version, current or not.
+        ref = await self.resolver.resolve(*split_model_name(name))
         if ref.base and ref.base != base:
             raise AdapterNotFound(f"adapter {name!r} is published for base {ref.base!r}, not {base!r}")
         return f"{base}:{ref.folder}"
@@ -314,8 +315,9 @@ class GatewayIngress(OpenAiIngress):
         if base not in self._model_cards:
             raise ModelNotFound(f"model {model!r} not found; served bases: {sorted(self._model_cards)}")
         if sep:
-            await self.resolver.resolve(check_name(name))
-            return self._adapter_card(base, name)
+            # The card names the version the alias serves now: clients pin it as base:name@version.
+            ref = await self.resolver.resolve(*split_model_name(name))
+            return {**self._adapter_card(base, name), "version": ref.version, "versioned_id": f"{base}:{ref.folder}"}
         return self._base_card(base)
 
     # -- probes ----------------------------------------------------------------------------------
