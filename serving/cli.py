@@ -1,7 +1,8 @@
 """``maze-serve``: run the gateway (up/down/status), render its manifest, manage adapters.
 
-Exit codes: 0 ok, 1 failure, 2 bad input (invalid adapter, bad name, bad config),
-3 adapter store unavailable, 4 not found / already exists.
+Exit codes: 0 ok, 1 failure, 2 bad input (invalid adapter, bad name or version, bad config),
+3 adapter store unavailable, 4 not found / already exists / nothing to roll back to / the alias
+changed concurrently.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from pydantic import ValidationError
 
 from serving.adapters import AdapterStore
 from serving.config import ServingConfig, load_config
-from serving.errors import AdapterExists, AdapterNotFound, AdapterStoreUnavailable, ServingError
+from serving.errors import (
+    AdapterExists,
+    AdapterNotFound,
+    AdapterRefConflict,
+    AdapterStoreUnavailable,
+    BadAdapterName,
+    NoRollbackTarget,
+    ServingError,
+)
 
 log = logging.getLogger("maze-serve")
 
@@ -24,7 +33,7 @@ log = logging.getLogger("maze-serve")
 def _exit_code(exc: ServingError) -> int:
     if isinstance(exc, AdapterStoreUnavailable):
         return 3
-    if isinstance(exc, (AdapterNotFound, AdapterExists)):
+    if isinstance(exc, (AdapterNotFound, AdapterExists, NoRollbackTarget, AdapterRefConflict)):
         return 4
     return 2
 
@@ -116,7 +125,7 @@ def status(as_json: bool) -> None:
 
 @main.group()
 def adapters() -> None:
-    """List, push and remove LoRA adapters in the config's S3 prefix."""
+    """List, push, promote, roll back and remove LoRA adapters in the config's S3 prefix."""
 
 
 @adapters.command("list")
@@ -169,6 +178,55 @@ def adapters_rm(ctx: click.Context, name: str) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(_exit_code(exc))
     click.echo(f"removed {ref.name} (version {ref.version})")
+
+
+@adapters.command("promote")
+@click.argument("target", metavar="NAME@VERSION")
+@click.pass_context
+def adapters_promote(ctx: click.Context, target: str) -> None:
+    """Point NAME at VERSION (any version ever pushed under NAME); served within the resolver's TTL."""
+    from serving.adapters import split_model_name
+
+    try:
+        name, version = split_model_name(target)
+        if version is None:
+            raise BadAdapterName(f"{target!r} names no version: use NAME@VERSION (see `adapters history NAME`)")
+        ref = _store(_config(ctx)).promote(name, version)
+    except ServingError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(_exit_code(exc))
+    click.echo(f"{ref.name} -> {ref.version}")
+
+
+@adapters.command("rollback")
+@click.argument("name")
+@click.pass_context
+def adapters_rollback(ctx: click.Context, name: str) -> None:
+    """Point NAME back at the version it served before its last move."""
+    try:
+        ref = _store(_config(ctx)).rollback(name)
+    except ServingError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(_exit_code(exc))
+    click.echo(f"{ref.name} -> {ref.version}")
+
+
+@adapters.command("history")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
+    """NAME's moves, newest first: version, time, action (the first line is the version served)."""
+    try:
+        moves = _store(_config(ctx)).history(name)
+    except ServingError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(_exit_code(exc))
+    if as_json:
+        click.echo(json.dumps([m.__dict__ for m in moves], indent=2))
+        return
+    for m in moves:
+        click.echo(f"{m.version}\t{m.at}\t{m.action}")
 
 
 if __name__ == "__main__":
