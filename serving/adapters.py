@@ -70,7 +70,10 @@ def check_version(version: str) -> str:
 def split_model_name(text: str) -> tuple[str, str | None]:
     """``name`` or ``name@version`` -> (name, version or None), both checked."""
     name, sep, version = text.partition("@")
-    return check_name(name), (check_version(version) if sep else None)
+    check_name(name)
+    if sep and not VERSION.match(version):
+        raise BadAdapterName(f"invalid adapter version in {text!r}: versions are 12 lowercase hex digits")
+    return name, (version if sep else None)
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ def test_ref_written_without_history_counts_as_one_push(store, tmp_path):
 
 def test_ref_write_is_conditional_on_the_etag_it_read(store, two_versions):
     """A writer that read the ref before another writer moved it must not overwrite that move."""
-    v1, v2 = two_versions
+    v1, _ = two_versions
     _, stale_etag = store._read_ref("agent")
     store.promote("agent", v1.version)
     with pytest.raises(Exception, match="PreconditionFailed|412"):
