@@ -37,6 +37,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.responses import JSONResponse
 
+from serving.adapter_metrics import with_adapter_metrics
 from serving.adapters import AdapterStore, split_model_name
 from serving.config import ServingConfig
 from serving.errors import (
@@ -265,6 +266,7 @@ class GatewayIngress(OpenAiIngress):
         check_messages(body.messages, self.cfg.limits)
         return await super().chat(body, request)
 
+    @with_adapter_metrics
     async def _process_llm_request(self, body, call_method: str, raw_request=None):
         requested = body.model
         # The engine looks the LoRA up by the request's model name: it must carry the version too.

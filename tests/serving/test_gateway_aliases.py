@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import openai
 import pytest
 
@@ -82,3 +83,34 @@ def test_running_eval_keeps_its_version_after_a_promote(stack, versions, tmp_pat
     records = Store(db).episode_records(result.run_id)
     assert len(records) == 3 and {r.model for r in records} == {f"{stack.base}:{NAME}@{v2}"}
     assert all(r.stop_reason.value != "error" for r in records), [r.error for r in records]
+
+
+def test_metrics_per_adapter_version(stack, versions):
+    """After the traffic above (both versions served), /metrics counts requests, latency, tokens and
+    loads per adapter version."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from serving import embedded
+
+    v1, v2 = versions
+    want = {"ray_maze_gateway_adapter_requests_total", "ray_maze_gateway_adapter_request_latency_seconds_count",
+            "ray_maze_gateway_adapter_tokens_total", "ray_maze_gateway_adapter_load_latency_seconds_count"}
+    url = embedded.status()["metrics_url"]
+    deadline, seen = time.monotonic() + 60, {}
+    while time.monotonic() < deadline:  # Ray's metrics agent exports every few seconds
+        seen = {}
+        for family in text_string_to_metric_families(httpx.get(url, timeout=10).text):
+            for s in family.samples:
+                if s.name in want and s.labels.get("adapter") == NAME:
+                    key = (s.name, s.labels["version"], s.labels.get("status") or s.labels.get("kind") or "")
+                    seen[key] = seen.get(key, 0) + s.value
+        if all((n, v) in {(k[0], k[1]) for k in seen} for n in want for v in (v1, v2)):
+            break
+        time.sleep(2)
+    for v in (v1, v2):
+        assert seen.get(("ray_maze_gateway_adapter_requests_total", v, "200"), 0) >= 1, (v, seen)
+        assert seen.get(("ray_maze_gateway_adapter_request_latency_seconds_count", v, ""), 0) >= 1, (v, seen)
+        assert seen.get(("ray_maze_gateway_adapter_tokens_total", v, "completion"), 0) >= 1, (v, seen)
+        assert seen.get(("ray_maze_gateway_adapter_load_latency_seconds_count", v, ""), 0) >= 1, (v, seen)
+    # the pinned eval's requests all went to v2: it has more requests than v1's handful
+    assert seen[("ray_maze_gateway_adapter_requests_total", v2, "200")] > seen[("ray_maze_gateway_adapter_requests_total", v1, "200")]
