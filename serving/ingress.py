@@ -2,7 +2,8 @@
 
 :class:`GatewayIngress` keeps every OpenAI route and streaming of the parent class and adds:
 
-* ``base:name`` -> ``base:name@version`` through the adapter store's refs (``serving.resolver``),
+* ``base:name`` -> ``base:name@version`` through the adapter store's refs (``serving.resolver``; an
+  explicit ``base:name@version`` is served as asked, current or not),
   so replicas load immutable, complete versions; unknown base 404, bad name 400, S3 trouble 503;
 * image checks (``serving.limits``) and, in :class:`GatewayMiddleware`, bearer auth, the body
   size limit and request metrics;
