@@ -370,7 +370,8 @@ class AdapterStore:
         known = next((m for m in _history_of(doc) if m["version"] == version), None)
         rank = known["rank"] if known else self._version_rank(name, version)
         base = known["base"] if known else doc.get("base")
-        ref = self._move(name, AliasMove(version=version, at=_now(), action="promote", base=base, rank=rank))
+        ref = self._move(name, AliasMove(version=version, at=_now(), action="promote", base=base, rank=rank),
+                         check=self._published(name))
         log.info("promoted adapter %s to version %s", name, version)
         return ref
 
@@ -383,18 +384,23 @@ class AdapterStore:
             BadAdapterName (400), AdapterNotFound (404), NoRollbackTarget (409: the alias never
             pointed elsewhere), AdapterRefConflict (409), AdapterStoreUnavailable (503).
         """
-        def previous(doc: dict[str, Any] | None) -> AliasMove:
-            if doc is None:
-                raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+        def previous(doc: dict[str, Any]) -> AliasMove:
             moves = _history_of(doc)
             if len(moves) < 2:
                 raise NoRollbackTarget(f"adapter {name!r} has only ever served version {doc['version']}: "
                                        "nothing to roll back to")
             return AliasMove(**{**moves[1], "at": _now(), "action": "rollback"})
 
-        ref = self._move(name, previous)
+        ref = self._move(name, previous, check=self._published(name))
         log.info("rolled adapter %s back to version %s", name, ref.version)
         return ref
+
+    def _published(self, name: str):
+        """A ``_move`` check: a promote or rollback never re-creates a name removed meanwhile."""
+        def check(doc: dict[str, Any] | None) -> None:
+            if doc is None:
+                raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+        return check
 
     def _version_rank(self, name: str, version: str) -> int | None:
         body = self._call("get_object", Key=f"{self.root}{name}@{version}/{CONFIG}")["Body"].read()
