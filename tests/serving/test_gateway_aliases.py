@@ -87,7 +87,7 @@ def test_running_eval_keeps_its_version_after_a_promote(stack, versions, tmp_pat
 
 def test_metrics_per_adapter_version(stack, versions):
     """After the traffic above (both versions served), /metrics counts requests, latency, tokens and
-    loads per adapter version."""
+    loads per adapter version, and shows which replica holds which version."""
     from prometheus_client.parser import text_string_to_metric_families
 
     from serving import embedded
@@ -99,6 +99,8 @@ def test_metrics_per_adapter_version(stack, versions):
 
     def problems(seen: dict) -> list[str]:
         out = [f"{n} {v}" for n in sorted(want) for v in (v1, v2) if not any(k[:2] == (n, v) for k in seen)]
+        out += [f"no replica holds {v}" for v in (v1, v2)
+                if ("ray_serve_registered_multiplexed_model_id", f"{stack.base}:{NAME}@{v}", "") not in seen]
         out += [f"no completion tokens for {v}" for v in (v1, v2)
                 if seen.get(("ray_maze_gateway_adapter_tokens_total", v, "completion"), 0) < 1]
         # the pinned eval's requests (3 episodes) all went to v2, on top of the handful above
@@ -115,6 +117,8 @@ def test_metrics_per_adapter_version(stack, versions):
                 if s.name in want and s.labels.get("adapter") == NAME:
                     key = (s.name, s.labels["version"], s.labels.get("status") or s.labels.get("kind") or "")
                     seen[key] = seen.get(key, 0) + s.value
+                elif s.name == "ray_serve_registered_multiplexed_model_id" and s.value == 1 and s.labels.get("replica"):
+                    seen[(s.name, s.labels.get("model_id", ""), "")] = 1  # which replica holds which version
         if not problems(seen) or time.monotonic() > deadline:
             break
         time.sleep(3)
