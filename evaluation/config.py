@@ -36,7 +36,9 @@ class EvalConfig(ConfigModel):
     endpoint: str | None = Field(None, description="OpenAI-compatible base URL; None: the embedded gateway")
     api_key: str = Field("EMPTY", description="bearer token for the endpoint")
     base: str | None = Field(None, description="base model id; None: the endpoint's first base model")
-    adapter: str | None = Field(None, description="LoRA adapter name; None evaluates the base alone")
+    adapter: str | None = Field(
+        None, description="LoRA adapter name (the run pins the version it serves at the start) or name@version; "
+                          "None evaluates the base alone")
     env_id: EnvId = Field(DEFAULT_ENV_ID, description="maze variant")
     seeds: list[int] = Field(default_factory=lambda: parse_seeds(DEFAULT_SEEDS), description="maze seeds")
     samples: int = Field(1, ge=1, description="samples per seed; pass@k uses k = samples")

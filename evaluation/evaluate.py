@@ -79,6 +79,25 @@ async def list_models(endpoint: str, api_key: str) -> list[dict[str, Any]]:
     return out
 
 
+async def pinned_version(endpoint: str, api_key: str, model_id: str, version: str | None) -> str | None:
+    """The adapter version a run pins, resolved once at its start through the endpoint's model card
+    (``GET /models/{base:name}`` reports the version the alias serves now; ``version`` given:
+    checked to exist). None when the endpoint reports no versions (a server other than the gateway)."""
+    model = f"{model_id}@{version}" if version else model_id
+    async with httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {api_key}"}) as client:
+        try:
+            resp = await client.get(f"{endpoint.rstrip('/')}/models/{model}")
+        except httpx.HTTPError as exc:
+            raise EndpointUnavailable(f"cannot reach {endpoint}: {exc}") from exc
+    if resp.status_code in (400, 404) and version:
+        raise EndpointUnavailable(f"{model!r} is not served at {endpoint}: HTTP {resp.status_code} {resp.text[:200]}")
+    if resp.status_code >= 400:
+        log.warning("%s/models/%s answered HTTP %d: the run is not pinned to a version", endpoint, model, resp.status_code)
+        return None
+    reported = resp.json().get("version")
+    return version or (reported if isinstance(reported, str) and reported else None)
+
+
 def _profile_of(models: list[dict[str, Any]], base: str) -> AgentProfile:
     for m in models:
         if m.get("id") == base and isinstance(m.get("agent_profile"), dict):
@@ -112,19 +131,21 @@ async def _new_manifest(cfg: EvalConfig) -> RunManifest:
     base = cfg.base or (bases[0] if bases else None)
     if base is None or base not in ids:
         raise EndpointUnavailable(f"base model {base!r} is not served at {endpoint}; it serves {bases}")
-    model_id = f"{base}:{cfg.adapter}" if cfg.adapter else base
+    adapter, _, wanted_version = (cfg.adapter or "").partition("@")
+    model_id = f"{base}:{adapter}" if adapter else base
     entry = next((m for m in models if m.get("id") == model_id), None)
     if entry is None:
         known = sorted(i.split(":", 1)[1] for i in ids if i and i.startswith(base + ":"))
-        raise EndpointUnavailable(f"adapter {cfg.adapter!r} is not available for {base!r} at {endpoint}; known: {known}")
+        raise EndpointUnavailable(f"adapter {adapter!r} is not available for {base!r} at {endpoint}; known: {known}")
+    version = await pinned_version(endpoint, cfg.api_key, model_id, wanted_version or None) if adapter else None
     profile = _profile_of(models, base)
     history = cfg.history or profile.history
     sampling = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
     runner = RunnerConfig(env_id=cfg.env_id, max_turns=cfg.max_turns, protocol=cfg.protocol or profile.protocol,
                           history=history, sampling=sampling)
     return RunManifest(
-        run_id=new_run_id(cfg.run_name), run_name=cfg.run_name, endpoint=endpoint, base=base, adapter=cfg.adapter,
-        adapter_version=(entry.get("metadata") or {}).get("version") or entry.get("version"),
+        run_id=new_run_id(cfg.run_name), run_name=cfg.run_name, endpoint=endpoint, base=base, adapter=adapter or None,
+        adapter_version=version or (entry.get("metadata") or {}).get("version") or entry.get("version"),
         env_id=cfg.env_id, env_spec_version=ENV_SPEC_VERSION, protocol=get_protocol(runner.protocol).id, history=str(history),
         sampling=sampling.model_dump(exclude_none=True), max_turns=runner.turn_limit, seeds=cfg.seeds,
         samples=cfg.samples,
@@ -168,7 +189,7 @@ async def evaluate_async(
         done = await asyncio.to_thread(store.done_keys, manifest.run_id)
         todo = [EpisodeSpec(seed=s, sample=k) for s in manifest.seeds for k in range(manifest.samples) if (s, k) not in done]
         total, finished = manifest.expected_episodes, len(done)
-        log.info("run %s: %d of %d episodes to play on %s", manifest.run_id, len(todo), total, manifest.model_id)
+        log.info("run %s: %d of %d episodes to play on %s", manifest.run_id, len(todo), total, manifest.served_model)
 
         async def record(rec: EpisodeRecord) -> None:
             nonlocal finished
@@ -177,7 +198,8 @@ async def evaluate_async(
             if on_episode is not None:
                 on_episode(rec, finished, total)
 
-        endpoint = EndpointConfig(base_url=manifest.endpoint, api_key=cfg.api_key, model=manifest.model_id,
+        # served_model pins the version resolved at the start: a promote meanwhile does not change it.
+        endpoint = EndpointConfig(base_url=manifest.endpoint, api_key=cfg.api_key, model=manifest.served_model,
                                   timeout_s=cfg.timeout_s)
         await run_endpoint_async(endpoint, todo, _runner_config(manifest, cfg), on_done=record)
         rows = await asyncio.to_thread(store.episode_rows, manifest.run_id)

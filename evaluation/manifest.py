@@ -40,7 +40,8 @@ class RunManifest(BaseModel):
     endpoint: str = Field(description="OpenAI-compatible base URL evaluated")
     base: str = Field(description="base model id")
     adapter: str | None = Field(None, description="LoRA adapter name; None for the base alone")
-    adapter_version: str | None = Field(None, description="adapter version reported by the gateway, when known")
+    adapter_version: str | None = Field(
+        None, description="the adapter version the run is pinned to (resolved once at its start), when the gateway reports one")
     env_id: str = Field(description="maze variant")
     env_spec_version: str = Field(description="agent.env.ENV_SPEC_VERSION")
     protocol: str = Field(description="prompt protocol id")
@@ -54,7 +55,14 @@ class RunManifest(BaseModel):
 
     @property
     def model_id(self) -> str:
+        """The model as the user named it (``base:adapter``): what runs are grouped and compared by."""
         return f"{self.base}:{self.adapter}" if self.adapter else self.base
+
+    @property
+    def served_model(self) -> str:
+        """The model every request of the run is sent as: ``base:adapter@version`` when pinned, so
+        the run (and a resume of it) keeps its version even when the adapter's alias moves."""
+        return f"{self.model_id}@{self.adapter_version}" if self.adapter and self.adapter_version else self.model_id
 
     @property
     def expected_episodes(self) -> int:

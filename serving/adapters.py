@@ -5,8 +5,14 @@ Layout under the configured prefix (``s3://bucket/prefix``)::
     {name}@{version}/adapter_model.safetensors   immutable; version = content hash
     {name}@{version}/adapter_config.json         written after the weights: its presence
                                                  marks a complete upload
-    _refs/{name}.json                            {"version", "base", "rank", "pushed_at"}:
+    _refs/{name}.json                            {"version", "base", "rank", "pushed_at", "history"}:
                                                  written last, publishes the version
+
+A name is an alias to one immutable version. The ref is the alias: one small object replaced by a
+single conditional PUT (``If-Match`` its ETag, or ``If-None-Match: *`` when new), so a push,
+:meth:`AdapterStore.promote` or :meth:`AdapterStore.rollback` moves it atomically and two writers
+racing never lose an update (the loser re-reads and retries). The alias's moves live in the same
+object (``history``, newest first), so the move and its record can never disagree.
 
 Ray Serve LLM downloads ``{prefix}/{adapter_id}/``; the gateway resolves a user's
 ``base:name`` to ``base:name@version`` through ``_refs``, so a replica's cache is keyed by
@@ -30,8 +36,10 @@ from serving.errors import (
     AdapterExists,
     AdapterInvalid,
     AdapterNotFound,
+    AdapterRefConflict,
     AdapterStoreUnavailable,
     BadAdapterName,
+    NoRollbackTarget,
 )
 
 log = logging.getLogger(__name__)
@@ -40,6 +48,9 @@ ADAPTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WEIGHTS = "adapter_model.safetensors"
 CONFIG = "adapter_config.json"
 REFS = "_refs"
+VERSION = re.compile(r"^[0-9a-f]{12}$")  # content_version's form
+HISTORY_KEEP = 100  # alias moves kept in the ref (the ref stays a small object)
+REF_WRITE_ATTEMPTS = 5  # conditional-write retries before a move gives up as conflicting
 
 
 def check_name(name: str) -> str:
@@ -47,6 +58,41 @@ def check_name(name: str) -> str:
     if not isinstance(name, str) or not ADAPTER_NAME.match(name):
         raise BadAdapterName(f"invalid adapter name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
     return name
+
+
+def check_version(version: str) -> str:
+    """Raise :class:`BadAdapterName` unless ``version`` has the store's version form (12 hex digits)."""
+    if not isinstance(version, str) or not VERSION.match(version):
+        raise BadAdapterName(f"invalid adapter version {version!r}: versions are 12 lowercase hex digits")
+    return version
+
+
+def split_model_name(text: str) -> tuple[str, str | None]:
+    """``name`` or ``name@version`` -> (name, version or None), both checked."""
+    name, sep, version = text.partition("@")
+    check_name(name)
+    if sep and not VERSION.match(version):
+        raise BadAdapterName(f"invalid adapter version in {text!r}: versions are 12 lowercase hex digits")
+    return name, (version if sep else None)
+
+
+@dataclass(frozen=True)
+class AliasMove:
+    """One move of an alias: which version it pointed to from when on, and why."""
+
+    version: str
+    at: str
+    action: str  # push | promote | rollback
+    base: str | None = None
+    rank: int | None = None
+
+
+class _RefChanged(Exception):
+    """A conditional ref write lost a race (the ref changed or vanished since it was read)."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 @dataclass(frozen=True)
@@ -122,6 +168,19 @@ def content_version(folder: str | Path) -> str:
     return h.hexdigest()[:12]
 
 
+def _history_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ref's moves, newest first; a ref written without history counts as one push."""
+    if doc.get("history"):
+        return list(doc["history"])
+    return [{"version": doc["version"], "at": doc.get("pushed_at", ""), "action": "push",
+             "base": doc.get("base"), "rank": doc.get("rank")}]
+
+
+def _ref_of(name: str, doc: dict[str, Any]) -> AdapterRef:
+    return AdapterRef(name=name, version=doc["version"], base=doc.get("base"), rank=doc.get("rank"),
+                      pushed_at=doc.get("pushed_at", ""))
+
+
 class AdapterStore:
     """Adapters under an S3 prefix. S3 failures become :class:`AdapterStoreUnavailable` (503),
     never "not found", so a transient outage is not remembered as a missing adapter."""
@@ -152,6 +211,8 @@ class AdapterStore:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("NoSuchKey", "404", "NotFound"):
                 raise KeyError(kwargs.get("Key")) from None
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                raise _RefChanged(kwargs.get("Key")) from None
             raise AdapterStoreUnavailable(f"S3 {fn} failed: {code or exc}") from None
         except BotoCoreError as exc:
             raise AdapterStoreUnavailable(f"S3 unreachable: {exc}") from None
@@ -163,12 +224,54 @@ class AdapterStore:
         Raises:
             BadAdapterName, AdapterNotFound (404), AdapterStoreUnavailable (503).
         """
+        doc, _ = self._read_ref(name)
+        if doc is None:
+            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+        return _ref_of(name, doc)
+
+    def history(self, name: str) -> list[AliasMove]:
+        """The alias's moves, newest first (the first is the version served now).
+
+        Raises:
+            BadAdapterName, AdapterNotFound (404), AdapterStoreUnavailable (503).
+        """
+        doc, _ = self._read_ref(name)
+        if doc is None:
+            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+        return [AliasMove(**m) for m in _history_of(doc)]
+
+    def resolve_version(self, name: str, version: str) -> AdapterRef:
+        """An explicit version of ``name``, current or not, when its files are in the store.
+
+        Raises:
+            BadAdapterName (400), AdapterNotFound (404), AdapterStoreUnavailable (503).
+        """
+        check_name(name)
+        check_version(version)
+        self._require_version(name, version)
+        doc, _ = self._read_ref(name)
+        move = next((m for m in _history_of(doc) if m["version"] == version), None) if doc else None
+        return AdapterRef(name=name, version=version, base=(move or doc or {}).get("base"),
+                          rank=(move or {}).get("rank"), pushed_at=(move or {}).get("at", ""))
+
+    def _require_version(self, name: str, version: str) -> None:
+        try:
+            # adapter_config.json is written after the weights: its presence marks a complete upload.
+            self._call("head_object", Key=f"{self.root}{name}@{version}/{CONFIG}")
+        except KeyError:
+            raise AdapterNotFound(f"adapter {name!r} has no version {version!r} under {self.spec.prefix}") from None
+
+    def _read_ref(self, name: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The ref document and its ETag, or (None, None) when the name is not published."""
         check_name(name)
         try:
-            body = self._call("get_object", Key=f"{self.root}{REFS}/{name}.json")["Body"].read()
+            obj = self._call("get_object", Key=self._ref_key(name))
         except KeyError:
-            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}") from None
-        return AdapterRef(name=name, **json.loads(body))
+            return None, None
+        return json.loads(obj["Body"].read()), obj.get("ETag")
+
+    def _ref_key(self, name: str) -> str:
+        return f"{self.root}{REFS}/{name}.json"
 
     def list(self) -> list[AdapterRef]:
         """Every published adapter, following S3 pagination (any number of adapters)."""
@@ -233,23 +336,103 @@ class AdapterStore:
         check_name(name)
         cfg = validate_adapter(folder, base_source=base_source, max_rank=max_rank)
         version = content_version(folder)
-        try:
-            current = self.resolve(name)
-        except AdapterNotFound:
-            current = None
-        if current is not None and current.version == version:
-            return current
-        if current is not None and not force:
-            raise AdapterExists(f"adapter {name!r} exists (version {current.version}); push with force to replace it")
-        ref = AdapterRef(name=name, version=version, base=base, rank=cfg["r"],
-                         pushed_at=datetime.now(UTC).isoformat(timespec="seconds"))
-        key = f"{self.root}{ref.folder}/"
+
+        def check(doc: dict[str, Any] | None) -> None:
+            if doc is not None and doc["version"] != version and not force:
+                raise AdapterExists(f"adapter {name!r} exists (version {doc['version']}); push with force to replace it")
+
+        current, _ = self._read_ref(name)
+        check(current)
+        if current is not None and current["version"] == version:
+            return _ref_of(name, current)
+        key = f"{self.root}{name}@{version}/"
         self._call("put_object", Key=key + WEIGHTS, Body=(Path(folder) / WEIGHTS).read_bytes())
         self._call("put_object", Key=key + CONFIG, Body=(Path(folder) / CONFIG).read_bytes())
-        body = json.dumps({"version": ref.version, "base": ref.base, "rank": ref.rank, "pushed_at": ref.pushed_at})
-        self._call("put_object", Key=f"{self.root}{REFS}/{name}.json", Body=body.encode(), ContentType="application/json")
+        move = AliasMove(version=version, at=_now(), action="push", base=base, rank=cfg["r"])
+        ref = self._move(name, move, check=check)
         log.info("published adapter %s version %s", name, version)
         return ref
+
+    def promote(self, name: str, version: str) -> AdapterRef:
+        """Point ``name`` at ``version``, any version ever pushed under that name.
+
+        Promoting the version already served changes nothing (no history entry).
+
+        Raises:
+            BadAdapterName (400), AdapterNotFound (404: unknown name or version),
+            AdapterRefConflict (409), AdapterStoreUnavailable (503).
+        """
+        check_version(version)
+        doc, _ = self._read_ref(name)
+        if doc is None:
+            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+        self._require_version(name, version)
+        known = next((m for m in _history_of(doc) if m["version"] == version), None)
+        rank = known["rank"] if known else self._version_rank(name, version)
+        base = known["base"] if known else doc.get("base")
+        ref = self._move(name, AliasMove(version=version, at=_now(), action="promote", base=base, rank=rank),
+                         check=self._published(name))
+        log.info("promoted adapter %s to version %s", name, version)
+        return ref
+
+    def rollback(self, name: str) -> AdapterRef:
+        """Point ``name`` back at the version it served before its last move.
+
+        Two rollbacks in a row return to where they started (like ``cd -``): each is a move.
+
+        Raises:
+            BadAdapterName (400), AdapterNotFound (404), NoRollbackTarget (409: the alias never
+            pointed elsewhere), AdapterRefConflict (409), AdapterStoreUnavailable (503).
+        """
+        def previous(doc: dict[str, Any]) -> AliasMove:
+            moves = _history_of(doc)
+            if len(moves) < 2:
+                raise NoRollbackTarget(f"adapter {name!r} has only ever served version {doc['version']}: "
+                                       "nothing to roll back to")
+            return AliasMove(**{**moves[1], "at": _now(), "action": "rollback"})
+
+        ref = self._move(name, previous, check=self._published(name))
+        log.info("rolled adapter %s back to version %s", name, ref.version)
+        return ref
+
+    def _published(self, name: str):
+        """A ``_move`` check: a promote or rollback never re-creates a name removed meanwhile."""
+        def check(doc: dict[str, Any] | None) -> None:
+            if doc is None:
+                raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+        return check
+
+    def _version_rank(self, name: str, version: str) -> int | None:
+        body = self._call("get_object", Key=f"{self.root}{name}@{version}/{CONFIG}")["Body"].read()
+        rank = json.loads(body).get("r")
+        return rank if isinstance(rank, int) else None
+
+    def _move(self, name: str, move, *, check=None) -> AdapterRef:
+        """Point the alias at a version with one conditional PUT of its ref, re-reading on a lost race.
+
+        ``move`` is an :class:`AliasMove`, or a function of the current ref document returning one
+        (so a rollback computes its target from the ref it replaces); ``check`` may raise to refuse.
+        """
+        for _ in range(REF_WRITE_ATTEMPTS):
+            doc, etag = self._read_ref(name)
+            if check is not None:
+                check(doc)
+            step = move(doc) if callable(move) else move
+            if doc is not None and doc["version"] == step.version:
+                return _ref_of(name, doc)
+            history = [step.__dict__, *_history_of(doc)][:HISTORY_KEEP] if doc else [step.__dict__]
+            pushed_at = next((m["at"] for m in history if m["version"] == step.version and m["action"] == "push"),
+                             step.at)
+            new = {"version": step.version, "base": step.base, "rank": step.rank, "pushed_at": pushed_at,
+                   "history": history}
+            cond = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+            try:
+                self._call("put_object", Key=self._ref_key(name), Body=json.dumps(new).encode(),
+                           ContentType="application/json", **cond)
+            except (_RefChanged, KeyError):  # KeyError: the ref was removed since it was read
+                continue
+            return _ref_of(name, new)
+        raise AdapterRefConflict(f"adapter {name!r} changed concurrently {REF_WRITE_ATTEMPTS} times; try again")
 
     def remove(self, name: str) -> AdapterRef:
         """Unpublish ``name`` (ref first, so it disappears at once) and delete its versions."""

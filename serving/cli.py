@@ -1,9 +1,10 @@
 """``maze-serve``: run the gateway (up/down/status), render its manifest, manage adapters.
 
 Exit codes: 0 ok; 1 the embedded stack could not start or stop (port taken, model missing, not
-ready), `status` not ready, or an unexpected error; 2 bad input (invalid adapter, bad name, bad
-config, no permission, missing file); 3 adapter store unavailable; 4 not found / already exists;
-130 interrupted. Every failure is one line on stderr; ``--verbose`` adds the traceback.
+ready), `status` not ready, or an unexpected error; 2 bad input (invalid adapter, bad name or
+version, bad config, no permission, missing file); 3 adapter store unavailable; 4 not found /
+already exists / nothing to roll back to / the alias changed concurrently; 130 interrupted. Every
+failure is one line on stderr; ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ from pydantic import ValidationError
 from agent.cli_boundary import boundary_group
 from serving.adapters import AdapterStore
 from serving.config import ServingConfig, load_config
-from serving.errors import AdapterExists, AdapterNotFound, AdapterStoreUnavailable, ServingError
+from serving.errors import (
+    AdapterExists,
+    AdapterNotFound,
+    AdapterRefConflict,
+    AdapterStoreUnavailable,
+    BadAdapterName,
+    NoRollbackTarget,
+    ServingError,
+)
 
 log = logging.getLogger("maze-serve")
 
@@ -28,7 +37,7 @@ log = logging.getLogger("maze-serve")
 def _exit_code(exc: ServingError) -> int:
     if isinstance(exc, AdapterStoreUnavailable):
         return 3
-    if isinstance(exc, (AdapterNotFound, AdapterExists)):
+    if isinstance(exc, (AdapterNotFound, AdapterExists, NoRollbackTarget, AdapterRefConflict)):
         return 4
     return 2
 
@@ -156,7 +165,7 @@ def logs(name: str | None, lines: int) -> None:
 
 @main.group()
 def adapters() -> None:
-    """List, push and remove LoRA adapters in the config's S3 prefix."""
+    """List, push, promote, roll back and remove LoRA adapters in the config's S3 prefix."""
 
 
 @adapters.command("list")
@@ -165,11 +174,7 @@ def adapters() -> None:
 def adapters_list(ctx: click.Context, as_json: bool) -> None:
     """Published adapters with their versions."""
     cfg = _config(ctx)
-    try:
-        refs = _store(cfg).list()
-    except ServingError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(_exit_code(exc))
+    refs = _store(cfg).list()
     if as_json:
         click.echo(json.dumps([r.__dict__ for r in refs], indent=2))
         return
@@ -190,11 +195,7 @@ def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, 
     if spec is None:
         click.echo(f"error: unknown base {base!r}; known: {[m.id for m in cfg.base_models]}", err=True)
         sys.exit(2)
-    try:
-        ref = _store(cfg).push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank, force=force)
-    except ServingError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(_exit_code(exc))
+    ref = _store(cfg).push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank, force=force)
     click.echo(f"published {spec.id}:{ref.name} version {ref.version}")
 
 
@@ -203,12 +204,45 @@ def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, 
 @click.pass_context
 def adapters_rm(ctx: click.Context, name: str) -> None:
     """Unpublish NAME and delete its files."""
-    try:
-        ref = _store(_config(ctx)).remove(name)
-    except ServingError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(_exit_code(exc))
+    ref = _store(_config(ctx)).remove(name)
     click.echo(f"removed {ref.name} (version {ref.version})")
+
+
+@adapters.command("promote")
+@click.argument("target", metavar="NAME@VERSION")
+@click.pass_context
+def adapters_promote(ctx: click.Context, target: str) -> None:
+    """Point NAME at VERSION (any version ever pushed under NAME); served within the resolver's TTL."""
+    from serving.adapters import split_model_name
+
+    name, version = split_model_name(target)
+    if version is None:
+        raise BadAdapterName(f"{target!r} names no version: use NAME@VERSION (see `adapters history NAME`)")
+    ref = _store(_config(ctx)).promote(name, version)
+    click.echo(f"{ref.name} -> {ref.version}")
+
+
+@adapters.command("rollback")
+@click.argument("name")
+@click.pass_context
+def adapters_rollback(ctx: click.Context, name: str) -> None:
+    """Point NAME back at the version it served before its last move."""
+    ref = _store(_config(ctx)).rollback(name)
+    click.echo(f"{ref.name} -> {ref.version}")
+
+
+@adapters.command("history")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
+    """NAME's moves, newest first: version, time, action (the first line is the version served)."""
+    moves = _store(_config(ctx)).history(name)
+    if as_json:
+        click.echo(json.dumps([m.__dict__ for m in moves], indent=2))
+        return
+    for m in moves:
+        click.echo(f"{m.version}\t{m.at}\t{m.action}")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,18 @@ class AdapterExists(ServingError):
     status_code, error_type, code = 409, "invalid_request_error", "adapter_exists"
 
 
+class NoRollbackTarget(ServingError):
+    """The alias has never pointed at another version: there is nothing to roll back to."""
+
+    status_code, error_type, code = 409, "invalid_request_error", "no_rollback_target"
+
+
+class AdapterRefConflict(ServingError):
+    """The alias kept changing under concurrent writers; the move was not made."""
+
+    status_code, error_type, code = 409, "invalid_request_error", "adapter_ref_conflict"
+
+
 class RequestTooLarge(ServingError):
     status_code, error_type, code = 413, "invalid_request_error", "request_too_large"
 

@@ -2,7 +2,8 @@
 
 :class:`GatewayIngress` keeps every OpenAI route and streaming of the parent class and adds:
 
-* ``base:name`` -> ``base:name@version`` through the adapter store's refs (``serving.resolver``),
+* ``base:name`` -> ``base:name@version`` through the adapter store's refs (``serving.resolver``; an
+  explicit ``base:name@version`` is served as asked, current or not),
   so replicas load immutable, complete versions; unknown base 404, bad name 400, S3 trouble 503;
 * request checks (``serving.limits``: OpenAI's roles and a required ``model``, image URLs, bytes
   and pixels) on every engine route before the engine sees the request, and, in
@@ -38,7 +39,8 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.responses import JSONResponse
 
-from serving.adapters import AdapterStore, check_name
+from serving.adapter_metrics import with_adapter_metrics
+from serving.adapters import AdapterStore, split_model_name
 from serving.config import ServingConfig
 from serving.errors import (
     AdapterLoadFailed,
@@ -259,7 +261,8 @@ class GatewayIngress(OpenAiIngress):
             raise ModelNotFound(f"model {model!r}: unknown base model {base!r}; served: {sorted(self._model_cards)}")
         if not sep:
             return base
-        ref = await self.resolver.resolve(check_name(name))
+        # base:name follows the alias; base:name@version pins one version, current or not.
+        ref = await self.resolver.resolve(*split_model_name(name))
         if ref.base and ref.base != base:
             raise AdapterNotFound(f"adapter {name!r} is published for base {ref.base!r}, not {base!r}")
         return f"{base}:{ref.folder}"
@@ -271,6 +274,7 @@ class GatewayIngress(OpenAiIngress):
         async for item in super()._get_response(body=body, call_method=call_method, raw_request=raw_request):
             yield item
 
+    @with_adapter_metrics
     async def _process_llm_request(self, body, call_method: str, raw_request=None):
         requested = body.model
         # The engine looks the LoRA up by the request's model name: it must carry the version too.
@@ -321,8 +325,9 @@ class GatewayIngress(OpenAiIngress):
         if base not in self._model_cards:
             raise ModelNotFound(f"model {model!r} not found; served bases: {sorted(self._model_cards)}")
         if sep:
-            await self.resolver.resolve(check_name(name))
-            return self._adapter_card(base, name)
+            # The card names the version the alias serves now: clients pin it as base:name@version.
+            ref = await self.resolver.resolve(*split_model_name(name))
+            return {**self._adapter_card(base, name), "version": ref.version, "versioned_id": f"{base}:{ref.folder}"}
         return self._base_card(base)
 
     # -- probes ----------------------------------------------------------------------------------

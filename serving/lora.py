@@ -63,14 +63,16 @@ class VerifiedLoraLoader(LoraModelLoader):
     async def load_model_from_config(self, lora_model_id: str, llm_config):
         uri = f"{llm_config.lora_config.dynamic_lora_loading_path}/{get_lora_id(lora_model_id)}"
         mirror = LoraMirrorConfig(lora_model_id=lora_model_id, bucket_uri=uri, max_total_tokens=None, sync_args=None)
+        name, _, version = get_lora_id(lora_model_id).partition("@")
+        tags = {"adapter": name, "version": version}
         start = time.perf_counter()
         try:
             loaded = await self.load_model(lora_model_id, mirror)
         except Exception:
-            metric("loads").inc(tags={"result": "error"})
+            metric("loads").inc(tags={"result": "error", **tags})
             raise
-        metric("loads").inc(tags={"result": "ok"})
-        metric("load_latency").observe(time.perf_counter() - start)
+        metric("loads").inc(tags={"result": "ok", **tags})
+        metric("load_latency").observe(time.perf_counter() - start, tags=tags)
         return loaded
 
     def _download_lora(self, lora_mirror_config: LoraMirrorConfig) -> str:

@@ -39,9 +39,20 @@ def _instruments() -> dict:
                                      "S3 read time of an adapter resolution (cache misses only)",
                                      boundaries=LATENCY_BOUNDS_S),
         "loads": Counter("maze_gateway_adapter_loads", "adapter downloads into a replica by result (ok, error)",
-                         tag_keys=("result",)),
+                         tag_keys=("result", "adapter", "version")),
         "load_latency": Histogram("maze_gateway_adapter_load_latency_seconds",
-                                  "adapter download + verification time in a replica", boundaries=LATENCY_BOUNDS_S),
+                                  "adapter download + verification time in a replica", boundaries=LATENCY_BOUNDS_S,
+                                  tag_keys=("adapter", "version")),
+        # Per adapter version (serving.adapter_metrics): labels are published adapters only.
+        "adapter_requests": Counter("maze_gateway_adapter_requests",
+                                    "engine requests per adapter version by HTTP status",
+                                    tag_keys=("base", "adapter", "version", "status")),
+        "adapter_latency": Histogram("maze_gateway_adapter_request_latency_seconds",
+                                     "engine request latency per adapter version, until the last byte",
+                                     boundaries=LATENCY_BOUNDS_S, tag_keys=("base", "adapter", "version")),
+        "adapter_tokens": Counter("maze_gateway_adapter_tokens",
+                                  "prompt and completion tokens per adapter version (from the response's usage)",
+                                  tag_keys=("base", "adapter", "version", "kind")),
     }
 
 

@@ -5,6 +5,10 @@ keyed by content, so a re-pushed adapter is served fresh and a half-uploaded one
 invisible. Only successes are cached, for ``resolve_ttl_s`` (so a request does not pay an S3
 GET); "not found" and S3 errors are never remembered, so an adapter pushed a moment ago, or S3
 coming back, takes effect on the next request.
+
+An explicit ``name@version`` (any version ever pushed, current or not) is checked against the
+store the same way and cached under that key, so a pinned client (an evaluation that must keep
+the version it started with) is served that version whatever the alias points at.
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ class AdapterResolver:
         self._cache: dict[str, tuple[float, AdapterRef]] = {}
         self._inflight: dict[str, asyncio.Task[AdapterRef]] = {}
 
-    async def resolve(self, name: str) -> AdapterRef:
-        """The current version of ``name``.
+    async def resolve(self, name: str, version: str | None = None) -> AdapterRef:
+        """The current version of ``name``, or its explicit ``version`` when given.
 
         Raises:
             BadAdapterName (400), AdapterNotFound (404), AdapterStoreUnavailable (503).
         """
+        if version is not None:
+            name = f"{name}@{version}"
         hit = self._cache.get(name)
         if hit is not None and hit[0] > time.monotonic():
             metric("resolutions").inc(tags={"result": "hit"})
@@ -47,7 +53,10 @@ class AdapterResolver:
     async def _fetch(self, name: str) -> AdapterRef:
         start = time.perf_counter()
         try:
-            ref = await asyncio.to_thread(self.store.resolve, name)
+            if "@" in name:
+                ref = await asyncio.to_thread(self.store.resolve_version, *name.split("@", 1))
+            else:
+                ref = await asyncio.to_thread(self.store.resolve, name)
         except AdapterNotFound:
             metric("resolutions").inc(tags={"result": "not_found"})
             raise

@@ -1,0 +1,96 @@
+"""Per-adapter request metrics: requests, errors, latency and tokens by adapter name and version.
+
+Recorded in the ingress around each engine request, after the name was resolved: only adapters
+published in the store (``base:name@version`` after resolution) become label values, so the
+label set is bounded by the store's contents, never by what clients type. Base-model requests
+and requests whose adapter did not resolve are left to the route-level metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+import time
+from collections.abc import AsyncIterator
+
+from starlette.responses import Response, StreamingResponse
+
+from serving.metrics import metric
+
+_PROMPT = re.compile(r'"prompt_tokens"\s*:\s*(\d+)')
+_COMPLETION = re.compile(r'"completion_tokens"\s*:\s*(\d+)')
+
+
+def adapter_labels(model: str | None) -> dict[str, str] | None:
+    """``base:name@version`` -> ``{"base", "adapter", "version"}``; None for anything else."""
+    base, sep, rest = (model or "").partition(":")
+    name, at, version = rest.partition("@")
+    if not (sep and at and name and version):
+        return None
+    return {"base": base, "adapter": name, "version": version}
+
+
+def usage_of(text: str) -> tuple[int, int] | None:
+    """(prompt, completion) tokens from a response body or stream chunk carrying ``usage``, else None."""
+    prompt, completion = _PROMPT.search(text), _COMPLETION.search(text)
+    if prompt is None or completion is None:
+        return None
+    return int(prompt.group(1)), int(completion.group(1))
+
+
+def _status_of(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.CancelledError):
+        return "499"  # the client went away
+    code = getattr(getattr(exc, "cause", None), "status_code", None) or getattr(exc, "status_code", None)
+    return str(code if isinstance(code, int) else 500)
+
+
+def _record(labels: dict[str, str], status: str, start: float, usage: tuple[int, int] | None) -> None:
+    metric("adapter_requests").inc(tags={**labels, "status": status})
+    metric("adapter_latency").observe(time.perf_counter() - start, tags=labels)
+    if usage is not None:
+        metric("adapter_tokens").inc(usage[0], tags={**labels, "kind": "prompt"})
+        metric("adapter_tokens").inc(usage[1], tags={**labels, "kind": "completion"})
+
+
+async def _counted(chunks: AsyncIterator, labels: dict[str, str], start: float) -> AsyncIterator:
+    usage = None
+    try:
+        async for chunk in chunks:
+            text = chunk if isinstance(chunk, str) else bytes(chunk).decode("utf-8", "ignore")
+            if '"usage"' in text:  # only the final chunk when the client asked for include_usage
+                usage = usage_of(text) or usage
+            yield chunk
+    finally:  # also on a client disconnect: the request still counts, with its time so far
+        _record(labels, "200", start, usage)
+
+
+def _track(response: Response, labels: dict[str, str], start: float) -> Response:
+    if isinstance(response, StreamingResponse):
+        response.body_iterator = _counted(response.body_iterator, labels, start)
+        return response
+    body = bytes(getattr(response, "body", b"") or b"")
+    _record(labels, str(response.status_code), start, usage_of(body.decode("utf-8", "ignore")) if body else None)
+    return response
+
+
+def with_adapter_metrics(method):
+    """Wrap the ingress's ``_process_llm_request(body, ...)``: it sets ``body.model`` to the resolved
+    ``base:name@version``, which labels the request; the whole stream counts for latency."""
+
+    @functools.wraps(method)
+    async def wrapper(self, body, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            response = await method(self, body, *args, **kwargs)
+        except BaseException as exc:
+            labels = adapter_labels(getattr(body, "model", None))
+            if labels is not None:
+                _record(labels, _status_of(exc), start, None)
+            raise
+        labels = adapter_labels(getattr(body, "model", None))
+        return _track(response, labels, start) if labels is not None else response
+
+    return wrapper
+
