@@ -212,6 +212,9 @@ class MazeEnv(gym.Env):
             raise ValueError(f"maze shape {grid.shape} does not match env size {shape[0]}x{shape[1]}")
         if not np.isin(grid, (0, 1)).all():
             raise ValueError("maze cells must be 0 (floor) or 1 (wall)")
+        # Moves are checked against walls only: an open border cell would let the agent leave the grid.
+        if not (grid[0].all() and grid[-1].all() and grid[:, 0].all() and grid[:, -1].all()):
+            raise ValueError("the maze's outer border must be all walls (1), as every generated maze is")
         agent, goal = tuple(int(v) for v in options["agent"]), tuple(int(v) for v in options["goal"])
         for label, pos in (("agent", agent), ("goal", goal)):
             if len(pos) != 2 or not (0 <= pos[0] < shape[0] and 0 <= pos[1] < shape[1]):

@@ -137,7 +137,8 @@ def main() -> int:
         model = args.model or f"{cfg.base_models[0].id}:{next(iter(assets.shipped))}"
     else:
         base_url, model = args.endpoint, args.model or "maze-tiny:maze-grpo"
-    state = embedded.read_state()
+    # Memory is sampled only on the stack this script started; an --endpoint's host is not this machine's to read.
+    state = embedded.read_state() if started else None
     sample = (lambda: replica_rss_mb(state.ray_pid)) if state else (lambda: 0.0)
     try:
         result = asyncio.run(soak(base_url, model, args.concurrency, args.duration_s, sample, args.max_turns))

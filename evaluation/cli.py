@@ -107,9 +107,12 @@ def main(ctx: click.Context, as_json: bool, resume: str | None, verbose: bool, *
 def _show_gateway_progress() -> None:
     """The embedded gateway's start-up steps (a minute or two the first time) as plain "... " lines
     on stderr; its engines' own logs go to files (`maze-serve logs`)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("... %(message)s"))
     embedded_log = logging.getLogger("serving.embedded")
+    if any(getattr(h, "maze_progress", False) for h in embedded_log.handlers):
+        return  # once per process, however often main() runs in it
+    handler = logging.StreamHandler(sys.stderr)
+    handler.maze_progress = True  # type: ignore[attr-defined]
+    handler.setFormatter(logging.Formatter("... %(message)s"))
     embedded_log.setLevel(logging.INFO)
     embedded_log.addHandler(handler)
     embedded_log.propagate = False

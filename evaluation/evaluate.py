@@ -89,7 +89,9 @@ async def pinned_version(endpoint: str, api_key: str, model_id: str, version: st
             resp = await client.get(f"{endpoint.rstrip('/')}/models/{model}")
         except httpx.HTTPError as exc:
             raise EndpointUnavailable(f"cannot reach {endpoint}: {exc}") from exc
-    if resp.status_code in (400, 404) and version:
+    if resp.status_code == 400 and version:  # a malformed version: the caller's input, not the endpoint
+        raise EvalError(f"invalid adapter version in {model!r}: {resp.text[:200]}")
+    if resp.status_code == 404 and version:
         raise EndpointUnavailable(f"{model!r} is not served at {endpoint}: HTTP {resp.status_code} {resp.text[:200]}")
     if resp.status_code >= 400:
         log.warning("%s/models/%s answered HTTP %d: the run is not pinned to a version", endpoint, model, resp.status_code)
@@ -145,7 +147,7 @@ async def _new_manifest(cfg: EvalConfig) -> RunManifest:
                           history=history, sampling=sampling)
     return RunManifest(
         run_id=new_run_id(cfg.run_name), run_name=cfg.run_name, endpoint=endpoint, base=base, adapter=adapter or None,
-        adapter_version=version or (entry.get("metadata") or {}).get("version") or entry.get("version"),
+        adapter_version=version,  # only a version the run pinned: served_model sends it with every request
         env_id=cfg.env_id, env_spec_version=ENV_SPEC_VERSION, protocol=get_protocol(runner.protocol).id, history=str(history),
         sampling=sampling.model_dump(exclude_none=True), max_turns=runner.turn_limit, seeds=cfg.seeds,
         samples=cfg.samples,

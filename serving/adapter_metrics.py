@@ -9,6 +9,7 @@ and requests whose adapter did not resolve are left to the route-level metrics.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import re
 import time
@@ -17,6 +18,10 @@ from collections.abc import AsyncIterator
 from starlette.responses import Response, StreamingResponse
 
 from serving.metrics import metric
+
+# The request's model once the gateway resolved it to ``base:name@version`` (set by the ingress);
+# only a resolved model labels metrics, so label values are bounded by the store, never by client text.
+RESOLVED_MODEL: contextvars.ContextVar[str | None] = contextvars.ContextVar("maze_resolved_model", default=None)
 
 _PROMPT = re.compile(r'"prompt_tokens"\s*:\s*(\d+)')
 _COMPLETION = re.compile(r'"completion_tokens"\s*:\s*(\d+)')
@@ -55,15 +60,21 @@ def _record(labels: dict[str, str], status: str, start: float, usage: tuple[int,
 
 
 async def _counted(chunks: AsyncIterator, labels: dict[str, str], start: float) -> AsyncIterator:
-    usage = None
+    usage, status = None, "200"
     try:
         async for chunk in chunks:
             text = chunk if isinstance(chunk, str) else bytes(chunk).decode("utf-8", "ignore")
             if '"usage"' in text:  # only the final chunk when the client asked for include_usage
                 usage = usage_of(text) or usage
             yield chunk
-    finally:  # also on a client disconnect: the request still counts, with its time so far
-        _record(labels, "200", start, usage)
+    except (asyncio.CancelledError, GeneratorExit):
+        status = "499"  # the client went away mid-stream
+        raise
+    except BaseException as exc:
+        status = _status_of(exc)  # the stream broke after its 200 header: still an error
+        raise
+    finally:  # the request counts whatever happened, with its time so far
+        _record(labels, status, start, usage)
 
 
 def _track(response: Response, labels: dict[str, str], start: float) -> Response:
@@ -82,14 +93,15 @@ def with_adapter_metrics(method):
     @functools.wraps(method)
     async def wrapper(self, body, *args, **kwargs):
         start = time.perf_counter()
+        RESOLVED_MODEL.set(None)  # a request that fails before resolution is labelled by nothing
         try:
             response = await method(self, body, *args, **kwargs)
         except BaseException as exc:
-            labels = adapter_labels(getattr(body, "model", None))
+            labels = adapter_labels(RESOLVED_MODEL.get())
             if labels is not None:
                 _record(labels, _status_of(exc), start, None)
             raise
-        labels = adapter_labels(getattr(body, "model", None))
+        labels = adapter_labels(RESOLVED_MODEL.get())
         return _track(response, labels, start) if labels is not None else response
 
     return wrapper

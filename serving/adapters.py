@@ -304,7 +304,12 @@ class AdapterStore:
         """One page of adapter names in key order, starting after ``after``; returns (names, has_more).
 
         Uses S3's ``StartAfter``, so a page costs one LIST call however many adapters exist.
+
+        Raises:
+            BadAdapterName (400) when ``after`` is not an adapter name: it becomes part of an S3 key.
         """
+        if after:
+            check_name(after)
         kwargs: dict[str, Any] = {"Prefix": f"{self.root}{REFS}/", "MaxKeys": min(limit + 1, 1000)}
         if after:
             kwargs["StartAfter"] = f"{self.root}{REFS}/{after}.json"

@@ -19,7 +19,6 @@ Ray's HTTP metrics and request ids stay, plus the extension routers named in the
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import hmac
 import importlib
 import json
@@ -39,7 +38,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.responses import JSONResponse
 
-from serving.adapter_metrics import with_adapter_metrics
+from serving.adapter_metrics import RESOLVED_MODEL, with_adapter_metrics
 from serving.adapters import AdapterStore, split_model_name
 from serving.config import ServingConfig
 from serving.errors import (
@@ -59,8 +58,6 @@ from serving.s3 import export_s3_env
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = ("/health", "/ready")  # probes need no key
-# The versioned model id this request was resolved to (so the parent's own lookup accepts it).
-_RESOLVED: contextvars.ContextVar[str | None] = contextvars.ContextVar("maze_resolved_model", default=None)
 READY_TIMEOUT_S = 5.0
 
 
@@ -254,7 +251,7 @@ class GatewayIngress(OpenAiIngress):
     async def _get_model_id(self, model: str | None) -> str:
         if not model:  # OpenAI requires it; Ray would pick the only base and hide a forgotten adapter
             raise MissingParameter("you must provide a model parameter ('<base>' or '<base>:<adapter>')")
-        if model == _RESOLVED.get():
+        if model == RESOLVED_MODEL.get():  # already resolved for this request: the parent's own lookup
             return await super()._get_model_id(model)
         base, sep, name = model.partition(":")
         if base not in self._model_cards:
@@ -279,7 +276,7 @@ class GatewayIngress(OpenAiIngress):
         requested = body.model
         # The engine looks the LoRA up by the request's model name: it must carry the version too.
         body.model = await self._get_model_id(body.model)
-        _RESOLVED.set(body.model)
+        RESOLVED_MODEL.set(body.model)
         try:
             return await super()._process_llm_request(body, call_method, raw_request=raw_request)
         except (ServingError, HTTPException, OpenAIHTTPException, RequestValidationError, asyncio.CancelledError):

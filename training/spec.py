@@ -1,7 +1,7 @@
 """The typed training spec: one YAML file describes a SkyRL GRPO job and the cluster it runs on.
 
 Defaults are the reference run (Qwen3-VL-8B SFT checkpoint + LoRA 32 on ``maze_2d/simple``, 3
-nodes x 2 GPUs, colocated FSDP + 6 vLLM engines; see ``shared/docs/skyrl-facts.md``), so
+nodes x 2 GPUs, colocated FSDP + 6 vLLM engines, as in SkyRL's examples/train/visgym scripts), so
 ``TrainSpec()`` *is* the reference job. :mod:`training.overrides` turns a spec into SkyRL
 overrides and :mod:`training.k8s` into the RayCluster it needs: both read this one source.
 """

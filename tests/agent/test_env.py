@@ -150,6 +150,7 @@ def test_solver_path_solves_every_variant():
         ({"maze": MAZE0[:5], "agent": (5, 1), "goal": (1, 5)}, "does not match"),
         ({"maze": MAZE0, "agent": (0, 0), "goal": (1, 5)}, "on a wall"),
         ({"maze": MAZE0, "agent": (9, 1), "goal": (1, 5)}, "outside"),
+        ({"maze": [*MAZE0[:5], "#......", MAZE0[6]], "agent": (5, 1), "goal": (1, 5)}, "border"),  # (5, 6) open
     ],
 )
 def test_bad_initial_state_is_a_clear_error(options, match):

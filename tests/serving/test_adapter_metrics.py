@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 from serving import adapter_metrics
 from serving.adapter_metrics import adapter_labels, usage_of, with_adapter_metrics
-from serving.errors import AdapterLoadFailed
+from serving.errors import AdapterLoadFailed, AdapterNotFound
 
 
 @pytest.mark.parametrize(("model", "labels"), [
@@ -53,8 +53,11 @@ class _Ingress:
 
     @with_adapter_metrics
     async def _process_llm_request(self, body, call_method, raw_request=None):
+        if "unknown" in body.model:  # resolution fails: the client's text is all there is
+            raise AdapterNotFound(f"no adapter {body.model!r}")
         if ":" in body.model:
             body.model += "@3f2a9c1e0b7d"
+            adapter_metrics.RESOLVED_MODEL.set(body.model)
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
@@ -78,5 +81,19 @@ def test_wrapper_records_per_version(monkeypatch):
         return [c async for c in resp.body_iterator]
 
     assert len(asyncio.run(stream())) == 2
+    # a client-chosen id that never resolved creates no series, whatever it looks like
+    with pytest.raises(AdapterNotFound):
+        asyncio.run(_Ingress(JSONResponse({}))._process_llm_request(_Body("maze-tiny:unknown@000000000000"), "chat"))
+
+    async def broken_chunks():
+        yield 'data: {"choices":[]}\n\n'
+        raise RuntimeError("engine died mid-stream")
+
+    async def broken_stream():
+        resp = await _Ingress(StreamingResponse(broken_chunks()))._process_llm_request(_Body("maze-tiny:agent"), "chat")
+        return [c async for c in resp.body_iterator]
+
+    with pytest.raises(RuntimeError):
+        asyncio.run(broken_stream())
     assert rec.calls == [("agent", "3f2a9c1e0b7d", "200", (10, 3)), ("agent", "3f2a9c1e0b7d", "422", None),
-                         ("agent", "3f2a9c1e0b7d", "200", (4, 2))]
+                         ("agent", "3f2a9c1e0b7d", "200", (4, 2)), ("agent", "3f2a9c1e0b7d", "500", None)]

@@ -153,8 +153,10 @@ def test_stack_logs_are_files_listed_by_maze_serve_logs(stack):
     names = {line.rsplit("/", 1)[-1] for line in listed.output.splitlines()}
     assert {"deploy.log", "moto.log", "ray.log"} <= names, names
     assert any("/logs/serve/" in line for line in listed.output.splitlines())  # Ray's Serve controller and replicas
-    tail = CliRunner().invoke(main, ["logs", "deploy.log", "-n", "5"])
-    assert tail.exit_code == 0 and tail.output.strip()
+    written = next(p for p in embedded.log_files() if p.stat().st_size > 0)
+    tail = CliRunner().invoke(main, ["logs", str(written), "-n", "5"])
+    assert tail.exit_code == 0 and tail.output.strip(), tail.output
+    assert set(tail.output.splitlines()) <= set(written.read_text(errors="replace").splitlines())
     assert CliRunner().invoke(main, ["logs", "nope.log"]).exit_code == 2
 
 

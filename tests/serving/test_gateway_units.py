@@ -18,6 +18,7 @@ from serving.config import ServingConfig
 from serving.errors import (
     AdapterNotFound,
     AdapterStoreUnavailable,
+    BadAdapterName,
     BadRequest,
     ImageTooLarge,
     InvalidImage,
@@ -189,6 +190,10 @@ def test_page_names(s3_server, tmp_path):
     assert store.page_names(None, 2) == (["a1", "a2"], True)
     assert store.page_names("a2", 2) == (["a3"], False)
     assert store.page_names(None, 10) == (["a1", "a2", "a3"], False)
+    # `after` becomes part of an S3 key: anything but an adapter name is refused before S3 sees it
+    for bad in ("\x00", "../a1", "a" * 65, "é"):
+        with pytest.raises(BadAdapterName):
+            store.page_names(bad, 2)
 
 
 def test_grafana_dashboard_uses_documented_metrics():
