@@ -173,7 +173,7 @@ def run(args) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--cpu-kernels", choices=["grouped", "vllm"], default="grouped",
-                    help="the stack's lora.cpu_kernels (vllm: vLLM's stock CPU LoRA ops, the 'before')")
+                    help="the stack's lora.cpu_kernels (grouped: the gateway's grouped kernels; vllm: vLLM's stock CPU LoRA ops)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per comparison")
     ap.add_argument("--concurrency", type=int, nargs="*", default=[1, 8, 32])
     ap.add_argument("--skip-mix", action="store_true", help="no 8-adapters-mixed comparison")

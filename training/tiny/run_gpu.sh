@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The GPU pipeline on a GPU machine (one H200): install the carried wheels, build the
+# The GPU pipeline on a GPU machine (one H200): install the prebuilt wheels, build the
 # initial model, check the fast path, train SFT, then GRPO. Stages: check sft grpo (any subset).
 # Results go to runs/; the caller copies what it needs from there. SFT_ARGS adds flags to the SFT run,
 # BUILDER_ARGS to the initial model's (e.g. another depth).
-# The wheels it installs come from scripts/gpu_wheels.sh (.whl, carried with the call).
+# The wheels it installs come from scripts/gpu_wheels.sh (into .whl/).
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -21,8 +21,8 @@ for stage in "$@"; do
       runs="${GRPO_RUNS:-}"
       if [ -z "$runs" ]; then for lr in ${GRPO_LRS:-0.0005 0.001 0.002}; do runs="$runs;lr$lr --lr $lr ${GRPO_ARGS:-}"; done; fi
       names=""
-      # GRPO_FROM: a grpo_pick folder from an earlier call; each run named there resumes from its
-      # latest checkpoint and keeps appending to its metrics (each call may land on a fresh machine).
+      # GRPO_FROM: a grpo_pick folder from an earlier invocation; each run named there resumes from its
+      # latest checkpoint and keeps appending to its metrics (each invocation may land on a fresh machine).
       if [ -n "${GRPO_FROM:-}" ]; then
         for p in "$GRPO_FROM"/*/ckpt; do
           r=$(basename "$(dirname "$p")"); mkdir -p runs/$r/export
@@ -46,9 +46,8 @@ for stage in "$@"; do
       by=""; [ "${GRPO_PICK_BY:-}" = all_tasks ] && by="--by-all-tasks"
       # shellcheck disable=SC2086
       python3 -m training.tiny.grpo_select $by runs/grpo_pick $names
-      # When the caller collects $OUT, it gets: one archive per pick, each under its 16 MiB limit.
-      # Plus one metrics.tgz with every run's metrics and log: the device returns at most 8 files,
-      # so up to 6 runs a call.
+      # With $OUT set, writes there one archive per pick (each under 16 MiB) and one metrics.tgz with
+      # every run's metrics and log; $OUT holds at most 8 files, so at most 6 runs per invocation.
       if [ -n "${OUT:-}" ]; then
         python3 -m training.tiny.grpo_select --pack runs/grpo_pick "$OUT"
         # shellcheck disable=SC2046
