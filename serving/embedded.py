@@ -14,7 +14,6 @@ Pids, ports and logs live in the state dir (``$MAZE_HOME/embedded``, default
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -32,6 +31,7 @@ from pydantic import BaseModel
 
 from serving import direct_ingress
 from serving.config import REPO_ROOT, ServingConfig
+from serving.driver_output import caller_logging_kept, output_to
 from serving.errors import ServingError
 from serving.s3 import export_s3_env, is_local, s3_env
 
@@ -234,36 +234,21 @@ def _start_ray(cfg: ServingConfig) -> tuple[int, str, str, int]:
     return proc.pid, f"{HOST}:{gcs}", temp_dir, metrics
 
 
-@contextlib.contextmanager
-def _output_to(path: Path):
-    """This process's stdout and stderr go to ``path`` meanwhile: at the descriptor level, so Ray's
-    and vLLM's log records, which their own handlers write, land there too, not on the console."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(path, "ab") as out:
-        os.dup2(out.fileno(), 1)
-        os.dup2(out.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for fd, copy in zip((1, 2), saved):
-            os.dup2(copy, fd)
-            os.close(copy)
-
-
 def _deploy(cfg: ServingConfig, address: str, ray_pid: int, progress: Callable[[str], None]) -> None:
+    with caller_logging_kept():
+        _deploy_app(cfg, address, ray_pid, progress)
+
+
+def _deploy_app(cfg: ServingConfig, address: str, ray_pid: int, progress: Callable[[str], None]) -> None:
     os.environ.update(RAY_ENV)
     driver_log = state_dir() / "logs" / "deploy.log"
-    with _output_to(driver_log):
+    with output_to(driver_log):
         import ray
 
     deadline = time.monotonic() + 120
     while True:
         try:
-            with _output_to(driver_log):
+            with output_to(driver_log):
                 ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
             break
         except (ConnectionError, RuntimeError) as exc:
@@ -272,7 +257,7 @@ def _deploy(cfg: ServingConfig, address: str, ray_pid: int, progress: Callable[[
             time.sleep(1)
     try:
         progress("Ray up; deploying the gateway app")
-        with _output_to(driver_log):
+        with output_to(driver_log):
             from ray import serve
 
             from serving.app import build_app
@@ -282,7 +267,7 @@ def _deploy(cfg: ServingConfig, address: str, ray_pid: int, progress: Callable[[
             logging_config = {"log_level": "WARNING", "enable_access_log": False}
             serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False, logging_config=logging_config)
     finally:
-        with _output_to(driver_log):
+        with output_to(driver_log):
             ray.shutdown()  # the app and Serve are detached: they outlive this driver
 
 
