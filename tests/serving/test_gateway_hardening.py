@@ -95,8 +95,8 @@ def _fuzz_cases(schema, base: str):
             @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
                       suppress_health_check=list(HealthCheck))
             @given(op.as_strategy(generation_mode=mode))
-            def draw(case, cases=cases):
-                cases.append(case)
+            def draw(case):
+                cases.append(case)  # noqa: B023 - drawn and used within this iteration
 
             try:
                 draw()
