@@ -72,13 +72,6 @@ def content_parts(obj: Any) -> Iterator[tuple[str, Any]]:
             yield from walk(value, field)
 
 
-def media_urls(messages: Iterable[Any]) -> Iterator[tuple[str, str]]:
-    """Yield ``(part_type, url)`` for every ``image_url`` part of OpenAI chat messages."""
-    for _, part in content_parts({"messages": list(messages or ())}):
-        if _get(part, "type") == "image_url":
-            yield "image_url", _url_of(part)
-
-
 def _url_of(part: Any) -> str:
     ref = _get(part, "image_url")
     url = ref if isinstance(ref, str) else _get(ref, "url")

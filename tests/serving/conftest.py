@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -71,6 +72,17 @@ def monkeypatch_session():
     mp = pytest.MonkeyPatch()
     yield mp
     mp.undo()
+
+
+@pytest.fixture
+def store(s3_server):
+    """An empty adapter store in a bucket of its own on the session's S3 server."""
+    from serving.adapters import AdapterStore
+    from serving.config import AdapterStoreSpec
+
+    s = AdapterStore(AdapterStoreSpec(prefix=f"s3://store-{uuid.uuid4().hex[:8]}/lora", endpoint_url=s3_server.url))
+    s.ensure_bucket()
+    return s
 
 
 def make_adapter(folder: Path, *, rank: int = 8, base: str = "maze-tiny", seed: int = 0, hidden: int = 32) -> Path:

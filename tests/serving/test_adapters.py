@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
@@ -12,14 +11,6 @@ from serving.config import AdapterStoreSpec
 from serving.errors import AdapterExists, AdapterInvalid, AdapterNotFound, AdapterStoreUnavailable, BadAdapterName
 
 from .conftest import make_adapter
-
-
-@pytest.fixture
-def store(s3_server):
-    spec = AdapterStoreSpec(prefix=f"s3://adapters-{uuid.uuid4().hex[:8]}/lora", endpoint_url=s3_server.url)
-    s = AdapterStore(spec)
-    s.ensure_bucket()
-    return s
 
 
 def test_push_resolve_list_remove(store, tmp_path):

@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 
 import pytest
 
 from serving.adapters import AdapterStore, split_model_name
-from serving.config import AdapterStoreSpec
 from serving.errors import AdapterNotFound, AdapterRefConflict, BadAdapterName, NoRollbackTarget
 
 from .conftest import make_adapter
-
-
-@pytest.fixture
-def store(s3_server):
-    spec = AdapterStoreSpec(prefix=f"s3://aliases-{uuid.uuid4().hex[:8]}/lora", endpoint_url=s3_server.url)
-    s = AdapterStore(spec)
-    s.ensure_bucket()
-    return s
 
 
 @pytest.fixture
