@@ -18,6 +18,8 @@ import ast
 import re
 from collections.abc import Sequence
 
+from agent.actions import KEYWORD_ACTIONS
+
 TASK_REWARD_COEFF = 0.8
 FORMAT_REWARD_COEFF = 0.2
 
@@ -38,13 +40,8 @@ _QUOTED_START = re.compile(r"""\(\s*['"](\w+)['"]\s*,""")
 _BARE_START = re.compile(r"\(\s*(\w+)\s*,")
 _ACTION_TAG = re.compile(r"<action>\s*(\w+)\s*</action>", re.IGNORECASE)
 _FORMAT_TAGS = tuple(re.compile(rf"<{t}>(.*?)</{t}>", re.DOTALL) for t in ("observation", "justification", "action"))
-KEYWORDS: dict[str, str] = {
-    "right": "('move', 0)",
-    "up": "('move', 1)",
-    "left": "('move', 2)",
-    "down": "('move', 3)",
-    "stop": "('stop', 'stop')",
-}
+#: The keyword protocol's words as the action tuple strings SkyRL's recipe parses.
+KEYWORDS: dict[str, str] = {word: repr(action) for word, action in KEYWORD_ACTIONS.items()}
 
 
 def _balanced(text: str, start: int) -> str | None:
