@@ -20,7 +20,7 @@ import base64
 import binascii
 import io
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,11 +124,6 @@ def _check_image(where: str, url: str, limits: LimitsSpec) -> int:
         raise ImageTooLarge(f"{where}: image of {width}x{height} = {width * height} pixels exceeds the limit of "
                             f"{limits.max_image_pixels} pixels per image")
     return width * height
-
-
-def check_messages(messages: Iterable[Any], limits: LimitsSpec) -> int:
-    """Validate chat messages (roles, part types, images); returns the number of images."""
-    return check_request({"messages": list(messages or ())}, limits).images
 
 
 def _check_roles(messages: Any) -> None:

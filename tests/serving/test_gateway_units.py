@@ -24,7 +24,7 @@ from serving.errors import (
     InvalidImage,
     RequestTooLarge,
 )
-from serving.limits import check_messages, check_request, decoded_size, image_dimensions
+from serving.limits import check_request, decoded_size, image_dimensions
 from serving.resolver import AdapterResolver
 from tests.serving.conftest import make_adapter
 from tests.serving.stack import bomb_png_url
@@ -40,6 +40,11 @@ def _png(side: int = 8, pad_to: int = 0) -> str:
     Image.new("RGB", (side, side), (255, 0, 0)).save(buf, format="PNG")
     raw = buf.getvalue()
     return "data:image/png;base64," + base64.b64encode(raw + b"\0" * max(0, pad_to - len(raw))).decode()
+
+
+def check_messages(messages: list[dict], limits) -> int:
+    """The number of images in ``messages`` once every request check has passed."""
+    return check_request({"messages": messages}, limits).images
 
 
 def _msg(*urls: str) -> list[dict]:
