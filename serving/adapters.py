@@ -279,19 +279,28 @@ class AdapterStore:
 
     # -- writes --------------------------------------------------------------------------
     def push(self, folder: str | Path, name: str, *, base: str | None = None, base_source: str | None = None,
-             max_rank: int = 32, force: bool = False) -> AdapterRef:
+             max_rank: int = 32, force: bool = False, canary: float | None = None) -> AdapterRef:
         """Validate and publish a local adapter folder as ``name``.
 
         Weights go up first, then adapter_config.json, then the ref that makes the version
         visible. An existing name is refused unless ``force``; pushing identical files again
-        is a no-op.
+        is a no-op. With ``canary`` (a percentage) the new version does not replace the one
+        served: it becomes the name's canary at that weight (:meth:`canary`).
 
         Raises:
-            BadAdapterName, AdapterInvalid (400), AdapterExists (409), AdapterStoreUnavailable (503).
+            BadAdapterName, AdapterInvalid (400), InvalidCanary (400), AdapterExists (409),
+            AdapterNotFound (404: a canary for a name not published yet), AdapterStoreUnavailable (503).
         """
         check_name(name)
+        weight = None if canary is None else check_weight(canary)
         cfg = validate_adapter(folder, base_source=base_source, max_rank=max_rank)
         version = content_version(folder)
+        if weight is not None:
+            if self._read_ref(name)[0] is None:
+                raise AdapterNotFound(f"adapter {name!r} is not published yet: a canary needs a version served "
+                                      "to split with (push it without a canary first)")
+            self._upload(folder, name, version)
+            return self.canary(name, version, weight)
 
         def check(doc: dict[str, Any] | None) -> None:
             if doc is not None and doc["version"] != version and not force:
@@ -301,13 +310,16 @@ class AdapterStore:
         check(current)
         if current is not None and current["version"] == version:
             return _ref_of(name, current)
-        key = f"{self.root}{name}@{version}/"
-        self._call("put_object", Key=key + WEIGHTS, Body=(Path(folder) / WEIGHTS).read_bytes())
-        self._call("put_object", Key=key + CONFIG, Body=(Path(folder) / CONFIG).read_bytes())
+        self._upload(folder, name, version)
         move = AliasMove(version=version, at=_now(), action="push", base=base, rank=cfg["r"])
         ref = self._move(name, move, check=check)
         log.info("published adapter %s version %s", name, version)
         return ref
+
+    def _upload(self, folder: str | Path, name: str, version: str) -> None:
+        key = f"{self.root}{name}@{version}/"
+        self._call("put_object", Key=key + WEIGHTS, Body=(Path(folder) / WEIGHTS).read_bytes())
+        self._call("put_object", Key=key + CONFIG, Body=(Path(folder) / CONFIG).read_bytes())
 
     def promote(self, name: str, version: str | None = None) -> AdapterRef:
         """Point ``name`` at ``version``, any version ever pushed under that name; without
@@ -417,7 +429,8 @@ class AdapterStore:
         known = next((m for m in _history_of(doc) if m["version"] == version), None)
         if known is not None:
             return known.get("base"), known.get("rank")
-        return doc.get("base"), self._version_rank(name, version)
+        rank = json.loads(self._call("get_object", Key=f"{self.root}{name}@{version}/{CONFIG}")["Body"].read()).get("r")
+        return doc.get("base"), rank if isinstance(rank, int) else None
 
     def _published(self, name: str):
         """A ``_move`` check: a promote or rollback never re-creates a name removed meanwhile."""
@@ -425,11 +438,6 @@ class AdapterStore:
             if doc is None:
                 raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
         return check
-
-    def _version_rank(self, name: str, version: str) -> int | None:
-        body = self._call("get_object", Key=f"{self.root}{name}@{version}/{CONFIG}")["Body"].read()
-        rank = json.loads(body).get("r")
-        return rank if isinstance(rank, int) else None
 
     def _move(self, name: str, move, *, check=None) -> AdapterRef:
         """Point the alias at a version (see :meth:`_update_ref`); a running canary stays unless its

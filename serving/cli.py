@@ -190,15 +190,22 @@ def adapters_list(ctx: click.Context, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--base", help="base model id the adapter is for (default: the config's first)")
 @click.option("--force", is_flag=True, help="replace an existing adapter of that name")
+@click.option("--canary", "weight", help="do not replace the version served: make the new one NAME's canary, "
+              "serving this percent of its sessions (see `adapters canary`)")
 @click.pass_context
-def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, force: bool) -> None:
+def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, force: bool, weight: str | None) -> None:
     """Validate FOLDER (a peft LoRA) and publish it atomically as NAME."""
     cfg = _config(ctx)
     spec = cfg.base(base) if base else cfg.base_models[0]
     if spec is None:
         click.echo(f"error: unknown base {base!r}; known: {[m.id for m in cfg.base_models]}", err=True)
         sys.exit(2)
-    ref = _store(cfg).push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank, force=force)
+    ref = _store(cfg).push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank, force=force,
+                           canary=weight)
+    if weight is not None:
+        click.echo(f"published {spec.id}:{ref.name} version {ref.canary.version} as a canary "
+                   f"({ref.canary.weight:g}%; {ref.version} serves the rest)")
+        return
     click.echo(f"published {spec.id}:{ref.name} version {ref.version}")
 
 

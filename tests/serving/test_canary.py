@@ -137,6 +137,19 @@ def test_stable_moves_keep_a_running_canary(store, versions, tmp_path):
     assert store.promote("agent", v2).canary is None
 
 
+def test_push_as_a_canary_leaves_the_version_served(store, versions, tmp_path):
+    v1, _ = versions
+    ref = store.push(make_adapter(tmp_path / "v3", seed=3), "agent", base="maze-tiny", canary=10)
+    assert ref.version == v1 and ref.canary.weight == 10 and ref.canary.rank == 8
+    assert store.resolve_version("agent", ref.canary.version).folder == f"agent@{ref.canary.version}"
+    assert store.history("agent")[0].action == "canary"
+    with pytest.raises(AdapterNotFound, match="not published yet"):
+        store.push(make_adapter(tmp_path / "new", seed=4), "fresh", canary=10)
+    with pytest.raises(InvalidCanary):
+        store.push(make_adapter(tmp_path / "v4", seed=4), "agent", canary=-5)
+    assert store.resolve("agent") == ref and "fresh" not in store.list_names()
+
+
 def test_canary_errors(store, versions):
     v1, v2 = versions
     with pytest.raises(InvalidCanary, match="serves version"):
@@ -174,7 +187,12 @@ def test_cli_canary_promote_abort_with_exit_codes(s3_server, tmp_path):
     assert run("canary", f"agent@{v2}", "--weight", "50").exit_code == 0
     aborted = run("abort", "agent")
     assert aborted.exit_code == 0 and aborted.output.strip() == f"agent -> {v1}"
-    assert run("canary", f"agent@{v2}", "--weight", "100").exit_code == 0
+    c = make_adapter(tmp_path / "c", seed=3)
+    pushed = run("push", str(c), "agent", "--canary", "25")
+    assert pushed.exit_code == 0, pushed.output
+    assert pushed.output.strip() == (f"published maze-tiny:agent version {content_version(c)} as a canary "
+                                     f"(25%; {v1} serves the rest)")
+    assert run("canary", f"agent@{v2}", "--weight", "100").exit_code == 0  # replaces that canary
     promoted = run("promote", "agent")
     assert promoted.exit_code == 0 and promoted.output.strip() == f"agent -> {v2}"
 
@@ -188,6 +206,8 @@ def test_cli_canary_promote_abort_with_exit_codes(s3_server, tmp_path):
         (("canary", f"ghost-{uuid.uuid4().hex[:4]}@{v1}", "--weight", "10"), 4, "not found"),
         (("abort", "agent"), 4, "runs no canary"),
         (("promote", "agent"), 4, "runs no canary"),
+        (("push", str(c), "ghost-new", "--canary", "10"), 4, "not published yet"),
+        (("push", str(c), "agent", "--canary", "x"), 2, "not a number"),
     ]:
         result = run(*args)
         assert result.exit_code == code, (args, result.output)
