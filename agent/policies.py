@@ -4,10 +4,15 @@
 client; :class:`CallablePolicy` wraps a plain Python function (sync or async). Errors are
 translated once, here, into :class:`~agent.errors.PolicyError` with a ``transient`` flag the
 runner's retry loop reads.
+
+The runner names each episode in :data:`EPISODE_SESSION`; :class:`OpenAIPolicy` sends it as the
+``X-Session-Id`` header, so a gateway that splits a name between two versions (a canary) keeps
+one episode on one version, and an OpenAI-compatible server that ignores the header is unaffected.
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +28,9 @@ from agent.render import AGENT_RGB, CELL_PX, GOAL_RGB, WALL_RGB, decode_data_url
 
 # 408/409/429 and 5xx may pass; other statuses are the request's fault and will not.
 TRANSIENT_STATUSES = frozenset({408, 409, 429})
+SESSION_HEADER = "X-Session-Id"  # Ray Serve's session header; the gateway's canary split keys on it
+# The episode the current turn belongs to (set by the runner per episode; each episode runs in its own task).
+EPISODE_SESSION: contextvars.ContextVar[str | None] = contextvars.ContextVar("maze_episode_session", default=None)
 
 
 @dataclass
@@ -32,6 +40,7 @@ class PolicyReply:
     text: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    model: str | None = None  # the model the server reports it served (the gateway adds @version)
 
 
 @runtime_checkable
@@ -70,7 +79,9 @@ class OpenAIPolicy:
             # The client's generic post: same transport, auth, errors and response model as
             # chat.completions.create, without its recursive walk over the request params, which
             # costs ~9 ms a turn once the history holds a dozen images.
-            resp = await self.client.post("/chat/completions", cast_to=ChatCompletion, body=body)
+            session = EPISODE_SESSION.get()
+            options: Any = {"headers": {SESSION_HEADER: session}} if session else {}
+            resp = await self.client.post("/chat/completions", cast_to=ChatCompletion, body=body, options=options)
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             raise PolicyError(f"{type(exc).__name__}: {exc}", transient=True) from exc
         except openai.APIStatusError as exc:
@@ -89,6 +100,7 @@ class OpenAIPolicy:
             text=resp.choices[0].message.content or "",
             prompt_tokens=usage.prompt_tokens if usage else None,
             completion_tokens=usage.completion_tokens if usage else None,
+            model=resp.model or None,
         )
 
     async def aclose(self) -> None:

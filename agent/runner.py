@@ -12,6 +12,7 @@ import inspect
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from agent.config import EndpointConfig, RunnerConfig
 from agent.env import ENV_SPEC_VERSION, MazeEnv
 from agent.errors import PolicyError, RetryBudgetExhausted
 from agent.mazes import grid_to_rows, shortest_path
-from agent.policies import OpenAIPolicy, Policy, PolicyReply, as_policy
+from agent.policies import EPISODE_SESSION, OpenAIPolicy, Policy, PolicyReply, as_policy
 from agent.protocol import assistant_message, get_protocol, user_message
 from agent.records import EpisodeRecord, StopReason, TurnRecord
 from agent.registration import register_envs
@@ -98,6 +99,8 @@ async def _call_with_retries(policy: Policy, messages, cfg: RunnerConfig, state:
 async def run_episode_async(policy: Policy | Callable[..., Any], spec: EpisodeSpec, cfg: RunnerConfig) -> EpisodeRecord:
     """Play one episode and return its record."""
     policy = as_policy(policy)
+    # One session key per episode: a gateway splitting a name between versions keeps the episode on one.
+    EPISODE_SESSION.set(uuid.uuid4().hex)
     proto = get_protocol(cfg.protocol)
     env = _make_env(cfg.env_id)
     frame, info = _reset(env, spec)
@@ -132,6 +135,8 @@ async def run_episode_async(policy: Policy | Callable[..., Any], spec: EpisodeSp
             record.stop_reason, record.error = StopReason.ERROR, str(exc)
             break
         latency = time.perf_counter() - t0
+        if reply.model and reply.model.startswith(f"{record.model}@"):
+            record.model = reply.model  # the gateway names the version that served (a canary's, say)
         conversation.append(assistant_message(reply.text))
         action = proto.parse(reply.text)
         turn = {

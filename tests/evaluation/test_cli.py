@@ -29,7 +29,12 @@ def test_run_json_leaderboard_compare_report(scripted, tmp_path):
 
     cmp_ = json.loads(invoke("compare", ra["run_id"], rb["run_id"], "--json", db=db).stdout)
     assert (cmp_["both"], cmp_["only_a"], cmp_["only_b"], cmp_["neither"]) == (0, 16, 0, 0)
-    assert cmp_["p_value"] < 1e-4
+    assert cmp_["p_value"] < 1e-4 and cmp_["verdict"] == "a_better"
+    assert (cmp_["model_a"], cmp_["model_b"]) == ("bfs", "bfs:broken")
+    text = invoke("compare", ra["run_id"], rb["run_id"], db=db).stdout
+    assert "A bfs (" in text and "verdict: A (bfs) is better at p < 0.05" in text
+    same = invoke("compare", ra["run_id"], ra["run_id"], db=db).stdout
+    assert "verdict: no significant difference at p < 0.05" in same
 
     out = tmp_path / "rep.html"
     rep = invoke("report", ra["run_id"], "--out", str(out), db=db)

@@ -34,7 +34,7 @@ def test_run_scores_and_leaderboard(scripted, db_url):
     assert [r.model for r in rows] == ["bfs", "bfs:noisy"]
     assert rows[0].summary.ci_low < 63 / 64 < rows[0].summary.ci_high
     c = compare(store, noisy.run_id, base.run_id)
-    assert c.paired == 32 and c.only_b > c.only_a and c.p_value < 0.05
+    assert c.paired == 32 and c.only_b > c.only_a and c.p_value < 0.05 and c.verdict == "b_better"
     records = store.episode_records(base.run_id)
     assert len(records) == 64 and records[5].turns and records[5].seed == 5
 

@@ -86,7 +86,7 @@ def test_promote_rollback_history(s3_server, tmp_path):
     assert f"agent\t{v2}" in run("adapters", "list").output
 
     for args, code, says in [
-        (("promote", "agent"), 2, "NAME@VERSION"),
+        (("promote", "agent"), 4, "runs no canary"),  # NAME alone promotes a canary
         (("promote", "agent@latest"), 2, "invalid adapter version"),
         (("promote", f"agent@{'0' * 12}"), 4, "no version"),
         (("promote", f"ghost@{v1}"), 4, "'ghost' not found"),
