@@ -230,11 +230,12 @@ def served_table(curve) -> Table:
 
 
 def served_footer(curve) -> str:
-    """Which step to pick, and the commands that serve it and show its episodes."""
+    """Which step to pick, and the commands that serve it and show its episodes (one per line, whole,
+    so they can be copied)."""
     b = curve.best
-    return (f"* best served step {b.step}: {b.served:.1%} of {b.n} (gap in points: served - trainer)\n"
-            f"  serve it: {curve.promote_command}\n  its episodes: maze-eval report {b.run_id}\n"
-            f"  the curve as HTML: maze-eval report --curve {curve.source}")
+    return (f"* best served step {b.step}: {b.served:.1%} of {b.n}; gap: served - trainer, in points\n"
+            f"serve it, then see its episodes and the curve as HTML:\n  {curve.promote_command}\n"
+            f"  maze-eval report {b.run_id}\n  maze-eval report --curve {curve.source}")
 
 
 @main.command("compare")
