@@ -66,9 +66,14 @@ def watcher(job: str, address: str, tmp: Path, serving_yaml: Path, base_url: str
 
 def scoring_in_flight(db: Path) -> tuple[str, list[tuple[int, int]]] | None:
     """A scoring run that has committed episodes but is not complete, with its (episode id, seed)s."""
+    from sqlalchemy.exc import OperationalError
+
     if not db.exists():
         return None
-    store = Store(str(db))
+    try:
+        store = Store(str(db))
+    except OperationalError:  # the watcher is creating the tables right now
+        return None
     try:
         for run in store.list_runs():
             rows = store.episode_rows(run["run_id"])
