@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import io
+import itertools
 from pathlib import Path
 
 from evaluation.report import _b64
@@ -54,8 +55,11 @@ def curve_plot(curve: ServedCurve) -> str:
     ax.set_title(f"{curve.base}:{curve.adapter} ({curve.source}) on {curve.env_id}")
     ax.legend(loc="lower right", fontsize=8)
     gaps = [(p.step, p.gap) for p in curve.points if p.gap is not None]
-    gap_ax.bar([s for s, _ in gaps], [g * 100 for _, g in gaps],
+    spacing = min((b - a for a, b in itertools.pairwise(steps)), default=1)
+    gap_ax.bar([s for s, _ in gaps], [g * 100 for _, g in gaps], width=0.6 * spacing,
                color=["#2e7d32" if g >= 0 else "#c62828" for _, g in gaps])
+    if len(steps) <= 20:
+        gap_ax.set_xticks(steps)
     gap_ax.axhline(0, color="#444", linewidth=0.8)
     gap_ax.set_ylabel("gap (points)")
     gap_ax.set_xlabel("training step")
@@ -93,8 +97,8 @@ def render_curve_html(curve: ServedCurve) -> str:
 <title>served curve {e(curve.source)}</title><style>{_CSS}</style></head><body>
 <h1>Served curve of {e(curve.source)}</h1>
 <p>Each exported step published as a version of <code>{e(curve.base)}:{e(curve.adapter)}</code> and scored through
-the gateway on {e(curve.env_id)}, pinned to that version; the trainer's own pass@1 beside it. Gap: served minus
-trainer, in points.</p>
+the gateway on {e(curve.env_id)}, pinned to that version (n: episodes scored per step); beside it the trainer's
+own pass@1, from its own evaluation (its seeds, prompts and sampling). Gap: served minus trainer, in points.</p>
 {pick}
 <img alt="served and trainer curves" src="{curve_plot(curve)}">
 <h2>Steps</h2>

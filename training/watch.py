@@ -183,7 +183,8 @@ class Watcher:
         if self._endpoint is None:
             from serving.embedded import ensure_embedded_gateway
 
-            self.say("starting the embedded gateway (no --endpoint given)")
+            self.say("no --endpoint: using the embedded gateway (if it is not running, starting it takes a few "
+                     "minutes; `maze-serve logs` shows its progress)")
             self._endpoint = await asyncio.to_thread(ensure_embedded_gateway)
         return self._endpoint
 
