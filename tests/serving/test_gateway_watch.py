@@ -135,13 +135,14 @@ def test_every_exported_step_is_published_scored_and_curved_across_a_kill(stack,
     assert [(r["step"], r["version"]) for r in store.list_served_steps(job)] == list(zip(steps, versions, strict=True))
     store.close()
 
-    # Once more: nothing left to do, nothing done twice.
+    # Once more, even with the ledger gone: nothing left to do, nothing done twice.
+    (tmp_path / "ledger.json").unlink()
     rerun = CliRunner().invoke(maze_train, ["watch", job, "--adapter", "watched", "--export", str(tmp_path / "export"),
                                             "--serving-config", str(serving_yaml), "--endpoint", stack.base_url,
                                             "--api-key", KEY, "--seeds", SEEDS, "--db", str(db),
                                             "--ledger", str(tmp_path / "ledger.json")])
     assert rerun.exit_code == 0 and not [line for line in rerun.output.splitlines() if line.startswith("step ")], rerun.output
-    assert len(Store(str(db)).list_runs()) == 3
+    assert len(Store(str(db)).list_runs()) == 3 and len(stack.store.history("watched")) == 3
 
     # The served curve beside the trainer's pass@1, within 80 columns, best step and how to serve it.
     board = CliRunner(env={"COLUMNS": "80"}).invoke(maze_eval, ["--db", str(db), "leaderboard", "--curves"]).output

@@ -84,3 +84,38 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     seeds = CliRunner().invoke(main, ["watch", "job-1", "--adapter", "agent", "--export", str(export),
                                       "--seeds", "9-1", "--ledger", str(tmp_path / "m.json")], env={"RAY_ADDRESS": None})
     assert seeds.exit_code == 2 and "seeds" in seeds.output, seeds.output
+
+
+def _run(store, run_id: str, name: str, adapter: str, version: str | None, status: str) -> None:
+    from evaluation.manifest import RunManifest
+
+    store.create_run(RunManifest(run_id=run_id, run_name=name, endpoint="http://127.0.0.1:9/v1", base="maze-tiny",
+                                 adapter=adapter, adapter_version=version, env_id="maze_2d/simple", env_spec_version="1",
+                                 protocol="tuple/v1", history="window:2", sampling={}, max_turns=15, seeds=[0, 1]))
+    store.set_status(run_id, status)
+
+
+def test_a_restart_finds_the_step_s_run_and_a_lost_ledger_is_rebuilt_from_it(tmp_path):
+    """The results store is where scoring is remembered: a step's run is found by its name, pinned
+    version and adapter; with the ledger lost, the version the run pinned is taken back into it."""
+    from evaluation.served import served_run_name
+    from evaluation.store import Store
+    from training.watch import Watcher
+
+    db = str(tmp_path / "r.db")
+    store = Store(db)
+    _run(store, "other-adapter", served_run_name("job-1", 2), "another", "cccccccccccc", "complete")
+    _run(store, "old", served_run_name("job-1", 2), "agent", "aaaaaaaaaaaa", "complete")
+    _run(store, "half", served_run_name("job-1", 2), "agent", "bbbbbbbbbbbb", "running")
+    cfg = WatchConfig(source="job-1", export_path=str(tmp_path), adapter="agent", endpoint="http://127.0.0.1:9/v1",
+                      db=db, ledger=str(tmp_path / "ledger.json"))
+    watcher = Watcher(cfg)
+    version, run = watcher._known(store, 2)
+    assert (version, run["run_id"]) == ("bbbbbbbbbbbb", "half")  # the newest run of this adapter
+    assert next_action(linked=False, version=version, run_status=run["status"]) is Action.RESUME
+    assert Ledger(cfg.ledger_path, "job-1", "agent", str(tmp_path)).version(2) == "bbbbbbbbbbbb"
+    watcher.ledger.record(2, "aaaaaaaaaaaa")  # the ledger wins over the runs: the run pinned to it
+    version, run = watcher._known(store, 2)
+    assert (version, run["run_id"], run["status"]) == ("aaaaaaaaaaaa", "old", "complete")
+    assert watcher._known(store, 3) == (None, None)
+    store.close()
