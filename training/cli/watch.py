@@ -75,7 +75,7 @@ def _print_best(cfg: WatchConfig) -> None:
         store.close()
     if curves and curves[0].best:
         c, b = curves[0], curves[0].best
-        click.echo(f"served curve of {c.source}: {len(c.points)} steps; best served step {b.step} "
+        click.echo(f"served curve of {c.source}: {len(c.points)} step{'s' if len(c.points) != 1 else ''}; best served step {b.step} "
                    f"({b.served:.1%} of {b.n}), serve it: {c.promote_command}")
         click.echo(f"see: maze-eval leaderboard --curves | maze-eval report --curve {c.source}")
 
