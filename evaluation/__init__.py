@@ -4,12 +4,14 @@ from evaluation.config import EvalConfig, parse_seeds
 from evaluation.evaluate import EndpointUnavailable, EvalError, EvalResult, evaluate, evaluate_async
 from evaluation.leaderboard import Comparison, LeaderboardRow, compare, leaderboard
 from evaluation.manifest import RunManifest
+from evaluation.served import ServedCurve, ServedPoint, record_served_step, served_curves, served_run_name
 from evaluation.stats import mcnemar_exact, pass_at_k, wilson_interval
 from evaluation.store import Store
 from evaluation.summary import RunSummary, summarize
 
 __all__ = [
     "Comparison", "EndpointUnavailable", "EvalConfig", "EvalError", "EvalResult", "LeaderboardRow", "RunManifest",
-    "RunSummary", "Store", "compare", "evaluate", "evaluate_async", "leaderboard", "mcnemar_exact", "parse_seeds",
-    "pass_at_k", "summarize", "wilson_interval",
+    "RunSummary", "ServedCurve", "ServedPoint", "Store", "compare", "evaluate", "evaluate_async", "leaderboard",
+    "mcnemar_exact", "parse_seeds", "pass_at_k", "record_served_step", "served_curves", "served_run_name", "summarize",
+    "wilson_interval",
 ]

@@ -158,20 +158,32 @@ def _print_result(r: EvalResult) -> None:
 
 @main.command("leaderboard")
 @click.option("--env", "env_id", help="only this maze variant")
-@click.option("--curves", is_flag=True, help="also list training-curve points")
+@click.option("--curves", is_flag=True, help="also show training curves: each run's served curve beside the "
+                                             "trainer's pass@1, and other curve points")
 @click.option("--wide", is_flag=True, help="every column (path efficiency, invalid actions, date); needs ~150 columns")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def leaderboard_cmd(obj: dict, env_id: str | None, curves: bool, wide: bool, as_json: bool) -> None:
     """One row per (base, adapter, env, protocol): the latest complete run."""
+    from evaluation.served import SERVED_METRIC, TRAINER_METRIC, served_curves
+
     store = Store(obj.get("db"))
     rows = leaderboard(store, env_id)
     points = store.curve() if curves else []
+    served = served_curves(store, env_id=env_id) if curves else []
     if as_json:
         data = [{"model": r.model, **r.model_dump(mode="json")} for r in rows]
-        click.echo(json.dumps({"rows": data, "curves": points} if curves else data, indent=2, default=str))
+        out = {"rows": data, "curves": points, "served": [c.model_dump(mode="json") for c in served]}
+        click.echo(json.dumps(out if curves else data, indent=2, default=str))
         return
-    Console().print(leaderboard_table(rows, points, wide=wide))
+    # Points a served-curve table shows are not repeated as raw rows.
+    shown = {c.source for c in served}
+    points = [p for p in points if not (p["source"] in shown and p["metric"] in (SERVED_METRIC, TRAINER_METRIC))]
+    out = Console()
+    out.print(leaderboard_table(rows, points, wide=wide))
+    for curve in served:
+        out.print(served_table(curve))
+        out.print(served_footer(curve), soft_wrap=True)
 
 
 def leaderboard_table(rows: list, points: list[dict], *, wide: bool = False) -> Table:
@@ -202,6 +214,30 @@ def leaderboard_table(rows: list, points: list[dict], *, wide: bool = False) -> 
     return table
 
 
+def served_table(curve) -> Table:
+    """A served curve (:class:`evaluation.served.ServedCurve`) as a table within 80 columns; the
+    best step is starred."""
+    table = Table(title=f"served curve of {curve.source}: {curve.base}:{curve.adapter} on {curve.env_id}",
+                  pad_edge=False, collapse_padding=True)
+    for col in ("step", "trainer", "served", "95% CI", "gap", "n", "version"):
+        table.add_column(col, overflow="fold", no_wrap=col != "step", justify="right" if col != "version" else "left")
+    for p in curve.points:
+        star = "*" if p.step == curve.best_step else ""
+        gap = "-" if p.gap is None else f"{p.gap * 100:+.1f}"
+        table.add_row(f"{star}{p.step}", _pct(p.trainer_pass_at_1), _pct(p.served), f"{p.ci_low:.0%}-{p.ci_high:.0%}",
+                      gap, str(p.n), p.version, style="bold" if star else None)
+    return table
+
+
+def served_footer(curve) -> str:
+    """Which step to pick, and the commands that serve it and show its episodes (one per line, whole,
+    so they can be copied)."""
+    b = curve.best
+    return (f"* best served step {b.step}: {b.served:.1%} of {b.n}; gap: served - trainer, in points\n"
+            f"serve it, then see its episodes and the curve as HTML:\n  {curve.promote_command}\n"
+            f"  maze-eval report {b.run_id}\n  maze-eval report --curve {curve.source}")
+
+
 @main.command("compare")
 @click.argument("run_a")
 @click.argument("run_b")
@@ -226,11 +262,25 @@ def compare_cmd(obj: dict, run_a: str, run_b: str, as_json: bool) -> None:
 
 
 @main.command("report")
-@click.argument("run_id")
-@click.option("--out", "out_path", help="HTML file to write (default: RUN_ID.html)")
+@click.argument("run_id", required=False)
+@click.option("--curve", "source", metavar="SOURCE",
+              help="instead of a run: the served curve of training run SOURCE (maze-train watch)")
+@click.option("--out", "out_path", help="HTML file to write (default: RUN_ID.html or SOURCE-curve.html)")
 @click.pass_obj
-def report_cmd(obj: dict, run_id: str, out_path: str | None) -> None:
-    """Write a self-contained HTML report of RUN_ID (grid, plots, GIF replays)."""
+def report_cmd(obj: dict, run_id: str | None, source: str | None, out_path: str | None) -> None:
+    """Write a self-contained HTML report of RUN_ID (grid, plots, GIF replays), or with --curve the
+    served curve of a training run (both curves, the gap, the best step and how to serve it)."""
+    if (run_id is None) == (source is None):
+        _fail("give a RUN_ID or --curve SOURCE (one of them)", EXIT_BAD_INPUT, False)
+    if source is not None:
+        from evaluation.curve_report import write_curve_report
+
+        try:
+            path = write_curve_report(Store(obj.get("db")), source, out_path or f"{source}-curve.html")
+        except KeyError:
+            _fail(f"no served curve for {source!r} (maze-train watch records one)", EXIT_BAD_INPUT, False)
+        click.echo(str(path))
+        return
     from evaluation.report import write_report
 
     try:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from agent.records import EpisodeRecord
 from agent.replay import replay_frames
+from evaluation.served import served_step_of_run
 from evaluation.store import Store
 from evaluation.summary import summarize
 
@@ -83,8 +84,9 @@ table.m{border-collapse:collapse;font-size:12px}table.m td{border:1px solid #ddd
 """
 
 
-def render_html(run: dict, records: list[EpisodeRecord]) -> str:
-    """The report as one HTML string."""
+def render_html(run: dict, records: list[EpisodeRecord], checkpoint: dict | None = None) -> str:
+    """The report as one HTML string; ``checkpoint`` (a served step: source, step, adapter, version)
+    names the training step the run scored and where its curve is."""
     manifest = run["manifest"]
     s = summarize([{**r.summary(), "success": r.success} for r in records], manifest.get("samples", 1))
     model = f"{manifest['base']}:{manifest['adapter']}" if manifest.get("adapter") else manifest["base"]
@@ -105,11 +107,17 @@ def render_html(run: dict, records: list[EpisodeRecord]) -> str:
             ("errors", str(s.errors)), ("mean turns (solved)", f"{s.mean_turns_solved:.2f}" if s.mean_turns_solved else "-"),
             ("path efficiency", f"{s.path_efficiency:.1%}" if s.path_efficiency else "-")]
     kpi_html = "".join(f"<div>{k}<b>{v}</b></div>" for k, v in kpis)
+    step_html = ""
+    if checkpoint:
+        c = {k: html.escape(str(v)) for k, v in checkpoint.items()}
+        step_html = (f"<p>step {c['step']} of training run <code>{c['source']}</code>, published as "
+                     f"<code>{c['adapter']}@{c['version']}</code>; the run's served curve: "
+                     f"<code>maze-eval report --curve {c['source']}</code></p>")
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>maze-eval {html.escape(run['run_id'])}</title><style>{_CSS}</style></head><body>
 <h1>{html.escape(model)} on {html.escape(manifest['env_id'])}</h1>
 <p>run <code>{html.escape(run['run_id'])}</code> · status {html.escape(run['status'])} · protocol {html.escape(manifest['protocol'])} · history {html.escape(manifest['history'])}</p>
-<div class="kpi">{kpi_html}</div>
+{step_html}<div class="kpi">{kpi_html}</div>
 <h2>Episodes</h2><p class="legend">{legend}</p><div class="grid">{''.join(cards)}</div>
 <h2>Plots</h2>{f'<img alt="plots" src="{plots}">' if plots else '<p>no episodes</p>'}
 <h2>Manifest</h2><table class="m">{rows}</table>
@@ -123,5 +131,5 @@ def write_report(store: Store, run_id: str, out_path: str | Path) -> Path:
         raise KeyError(run_id)
     path = Path(out_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(run, store.episode_records(run_id)), encoding="utf-8")
+    path.write_text(render_html(run, store.episode_records(run_id), served_step_of_run(store, run_id)), encoding="utf-8")
     return path

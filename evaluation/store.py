@@ -91,6 +91,22 @@ curve_points = Table(
     UniqueConstraint("source", "step", "metric", name="uq_curve_point"),
 )
 
+# A training run's served curve: which adapter version each exported step was published as, and
+# the evaluation run that scored it through a gateway. Written last, so a row means "done".
+served_steps = Table(
+    "served_steps",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("source", String(256), nullable=False),  # training run name / submission id
+    Column("step", Integer, nullable=False),
+    Column("base", String(256), nullable=False),
+    Column("adapter", String(256), nullable=False),
+    Column("version", String(64), nullable=False),
+    Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("source", "step", name="uq_served_step"),
+)
+
 
 def _now() -> datetime:
     return datetime.now(UTC)
@@ -202,6 +218,32 @@ class Store:
             q = q.where(curve_points.c.source == source)
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
+
+    # -- served curves --------------------------------------------------------------------
+    def add_served_step(self, source: str, step: int, *, base: str, adapter: str, version: str, run_id: str) -> bool:
+        """Link step ``step`` of ``source`` to the adapter version and run that scored it; returns
+        False if the step was already linked."""
+        with self.engine.begin() as conn:
+            key = (served_steps.c.source == source) & (served_steps.c.step == step)
+            if conn.execute(select(served_steps.c.id).where(key)).first():
+                return False
+            conn.execute(served_steps.insert().values(source=source, step=step, base=base, adapter=adapter,
+                                                      version=version, run_id=run_id, recorded_at=_now()))
+        return True
+
+    def list_served_steps(self, source: str | None = None, step: int | None = None) -> list[dict[str, Any]]:
+        """Served steps (of ``source``, at ``step``), by source then step."""
+        q = select(served_steps).order_by(served_steps.c.source, served_steps.c.step)
+        if source:
+            q = q.where(served_steps.c.source == source)
+        if step is not None:
+            q = q.where(served_steps.c.step == step)
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(q).mappings()]
+
+    def runs_named(self, run_name: str) -> list[dict[str, Any]]:
+        """Runs whose manifest carries ``run_name``, oldest first."""
+        return [r for r in self.list_runs() if r["manifest"].get("run_name") == run_name]
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:

@@ -3,7 +3,8 @@
 The launcher: a :class:`TrainSpec` renders the SkyRL job's command with every override
 (:func:`render_entrypoint`), its datasets and its RayCluster/FSx manifests (:func:`render_manifests`);
 :class:`JobClient` submits, follows and stops the job on a cluster (:func:`follow_metrics` turns its
-log into step metrics), and :func:`publish` serves an exported step as a LoRA adapter.
+log into step metrics), :func:`publish` serves an exported step as a LoRA adapter, and :func:`watch`
+does that for every step a run exports, scoring each through a gateway into a served curve.
 
 SkyRL's own pieces (the skyrl-gym env, datasets, the job entrypoint, the checked key list) live in
 :mod:`training.skyrl`; :mod:`training.tiny` is the lab that builds and trains the embedded model
@@ -19,6 +20,7 @@ from training.metrics import StepMetrics, parse_log_lines
 from training.overrides import entrypoint_argv, render_entrypoint, to_skyrl_overrides
 from training.publishing import Published, publish
 from training.spec import TrainSpec
+from training.watch import WatchConfig, Watcher, watch
 
 __all__ = [
     "ExportStep",
@@ -28,6 +30,8 @@ __all__ = [
     "Published",
     "StepMetrics",
     "TrainSpec",
+    "WatchConfig",
+    "Watcher",
     "entrypoint_argv",
     "fetch_step",
     "follow_metrics",
@@ -39,5 +43,6 @@ __all__ = [
     "render_entrypoint",
     "render_manifests",
     "to_skyrl_overrides",
+    "watch",
     "write_manifests",
 ]

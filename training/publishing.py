@@ -7,6 +7,7 @@ config's ``lora.max_rank``, weights load) and publishes it atomically under a ne
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 
 from training.checkpoints import fetch_step
@@ -52,7 +53,10 @@ def publish(export_path: str, step: int, name: str, *, serving_config: str | Non
     if spec is None:
         raise ValueError(f"unknown base {base!r}")
     folder = fetch_step(export_path, step)
-    export_s3_env(cfg)
-    ref = AdapterStore(cfg.adapters).push(folder, name, base=spec.id, base_source=spec.source,
-                                          max_rank=cfg.lora.max_rank, force=force)
+    try:
+        export_s3_env(cfg)
+        ref = AdapterStore(cfg.adapters).push(folder, name, base=spec.id, base_source=spec.source,
+                                              max_rank=cfg.lora.max_rank, force=force)
+    finally:  # the fetched copy (a download for an S3 export) is only needed for the push
+        shutil.rmtree(folder, ignore_errors=True)
     return Published(base=spec.id, name=ref.name, version=ref.version, step=step)

@@ -2,7 +2,8 @@
 
 One module per command group: :mod:`~training.cli.prepare` (render, spec, dataset, manifests; no
 cluster), :mod:`~training.cli.jobs` (submit, status, list, stop, logs), :mod:`~training.cli.curves`
-(sync) and :mod:`~training.cli.publish` (checkpoints, publish). Exit codes: 0 done, 1 failed,
+(sync), :mod:`~training.cli.publish` (checkpoints, publish) and :mod:`~training.cli.watch` (watch:
+every exported step published, served and scored). Exit codes: 0 done, 1 failed,
 2 bad input (spec, options, unknown job, missing file, no permission), 3 cluster or store
 unavailable, 130 interrupted. Every failure is one line on stderr; ``--verbose`` adds the traceback.
 """
@@ -16,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from agent.cli_boundary import boundary_group
-from training.cli import curves, jobs, prepare, publish
+from training.cli import curves, jobs, prepare, publish, watch
 from training.cli.common import EXIT_BAD_INPUT, EXIT_UNAVAILABLE
 from training.jobs import JobError
 
@@ -45,7 +46,7 @@ def main(verbose: bool) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
-for _group in (prepare, jobs, curves, publish):
+for _group in (prepare, jobs, curves, publish, watch):
     for _command in _group.COMMANDS:
         main.add_command(_command)
 
