@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent.cli_boundary import boundary_group
-from evaluation.config import EvalConfig
+from evaluation.config import DEFAULT_SEEDS, EvalConfig
 from evaluation.evaluate import EvalError, EvalResult, evaluate
 from evaluation.leaderboard import compare, leaderboard
 from evaluation.store import Store
@@ -164,7 +164,7 @@ def _print_result(r: EvalResult) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def leaderboard_cmd(obj: dict, env_id: str | None, curves: bool, wide: bool, as_json: bool) -> None:
-    """One row per (base, adapter, env, protocol): the latest complete run."""
+    """One row per (base, adapter, env, protocol, maze set): the latest complete run."""
     from evaluation.served import SERVED_METRIC, TRAINER_METRIC, served_curves
 
     store = Store(obj.get("db"))
@@ -198,7 +198,10 @@ def leaderboard_table(rows: list, points: list[dict], *, wide: bool = False) -> 
         table.add_column(col, overflow="fold", no_wrap=col in ("solve rate", "95% CI", "n"))
     for r in rows:
         s = r.summary
-        cells = [r.model, r.env_id, r.protocol, _pct(s.solve_rate), f"{s.ci_low:.1%}-{s.ci_high:.1%}", str(s.n),
+        model = r.model + (f"@{r.adapter_version}" if r.adapter_version else "")
+        if r.seeds != DEFAULT_SEEDS:
+            model += f" (seeds {r.seeds})"
+        cells = [model, r.env_id, r.protocol, _pct(s.solve_rate), f"{s.ci_low:.1%}-{s.ci_high:.1%}", str(s.n),
                  f"{s.mean_turns_solved:.2f}" if s.mean_turns_solved else "-", r.run_id]
         if wide:
             cells[7:7] = [_pct(s.path_efficiency), _pct(s.invalid_action_rate)]

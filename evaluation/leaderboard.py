@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from evaluation.config import DEFAULT_SEEDS
 from evaluation.manifest import RunManifest
 from evaluation.stats import mcnemar_exact
 from evaluation.store import Store
@@ -13,12 +14,14 @@ from evaluation.summary import RunSummary, summarize
 
 
 class LeaderboardRow(BaseModel):
-    """The latest complete run of one (base, adapter, env, protocol)."""
+    """The latest complete run of one (base, adapter, env, protocol) on one maze set."""
 
     base: str
     adapter: str | None
+    adapter_version: str | None = Field(None, description="the version the run was pinned to, when reported")
     env_id: str
     protocol: str
+    seeds: str = Field(description="the maze set, compactly (e.g. '0-63')")
     run_id: str
     date: str
     summary: RunSummary
@@ -28,19 +31,34 @@ class LeaderboardRow(BaseModel):
         return f"{self.base}:{self.adapter}" if self.adapter else self.base
 
 
+def seeds_label(seeds: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (the form ``--seeds`` takes)."""
+    parts: list[str] = []
+    for seed in sorted(seeds):
+        if parts and seed == int(parts[-1].rpartition("-")[2]) + 1:
+            parts[-1] = f"{parts[-1].partition('-')[0]}-{seed}"
+        else:
+            parts.append(str(seed))
+    return ",".join(parts)
+
+
 def leaderboard(store: Store, env_id: str | None = None) -> list[LeaderboardRow]:
-    """One row per (base, adapter, env, protocol): its latest complete run, best solve rate first."""
+    """One row per (base, adapter, env, protocol, maze set): its latest complete run. Rows on the
+    fixed maze set come first, best solve rate first; a run on fewer mazes (a quick check, a
+    watcher's short curve) gets its own row instead of replacing the full-set score."""
     latest: dict[tuple, dict[str, Any]] = {}
     for run in store.list_runs():  # ordered by start time, so later runs replace earlier ones
         if run["status"] != "complete" or (env_id and run["env_id"] != env_id):
             continue
-        latest[(run["base"], run["adapter"], run["env_id"], run["protocol"])] = run
+        seeds = seeds_label(run["manifest"].get("seeds", []))
+        latest[(run["base"], run["adapter"], run["env_id"], run["protocol"], seeds)] = run
     rows = []
-    for (base, adapter, env, protocol), run in latest.items():
+    for (base, adapter, env, protocol, seeds), run in latest.items():
         summary = summarize(store.episode_rows(run["run_id"]), run["manifest"].get("samples", 1))
-        rows.append(LeaderboardRow(base=base, adapter=adapter, env_id=env, protocol=protocol, run_id=run["run_id"],
+        rows.append(LeaderboardRow(base=base, adapter=adapter, adapter_version=run["manifest"].get("adapter_version"),
+                                   env_id=env, protocol=protocol, seeds=seeds, run_id=run["run_id"],
                                    date=run["started_at"].strftime("%Y-%m-%d %H:%M"), summary=summary))
-    return sorted(rows, key=lambda r: (-r.summary.solve_rate, r.model))
+    return sorted(rows, key=lambda r: (r.seeds != DEFAULT_SEEDS, -r.summary.solve_rate, r.model))
 
 
 SIGNIFICANCE = 0.05  # compare's verdict: a difference with an exact McNemar p below this

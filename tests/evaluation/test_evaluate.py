@@ -31,7 +31,13 @@ def test_run_scores_and_leaderboard(scripted, db_url):
     assert noisy.summary.solved < 63 and noisy.summary.invalid_action_rate > 0.1
     store = Store(db_url)
     rows = leaderboard(store)
-    assert [r.model for r in rows] == ["bfs", "bfs:noisy"]
+    assert [(r.model, r.seeds) for r in rows] == [("bfs", "0-63"), ("bfs:noisy", "0-31")]
+    # A later run on fewer mazes gets its own row; it does not replace the full-set score.
+    quick = evaluate(cfg(scripted.url, db_url, seeds="0-7"))
+    rows = leaderboard(store)
+    assert quick.summary.solve_rate > noisy.summary.solve_rate  # rows off the fixed set rank after it, among themselves
+    assert [(r.model, r.seeds, r.run_id) for r in rows] == [("bfs", "0-63", base.run_id), ("bfs", "0-7", quick.run_id),
+                                                            ("bfs:noisy", "0-31", noisy.run_id)]
     assert rows[0].summary.ci_low < 63 / 64 < rows[0].summary.ci_high
     c = compare(store, noisy.run_id, base.run_id)
     assert c.paired == 32 and c.only_b > c.only_a and c.p_value < 0.05 and c.verdict == "b_better"
