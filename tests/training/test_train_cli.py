@@ -62,3 +62,14 @@ def test_manifests_command_writes_the_checked_in_files(tmp_path):
     assert written == sorted(render_manifests())  # k8s/ also holds serving's manifests
     for name in written:
         assert (tmp_path / name).read_text() == (K8S / name).read_text()
+
+
+def test_example_spec_is_a_valid_local_run():
+    """The README's walk-through spec loads and maps onto the local trainer: 3 steps, each exported."""
+    from training import TrainSpec
+    from training.local_job import to_grpo_config
+    from training.tiny.grpo_local import GRPOConfig
+
+    spec = TrainSpec.from_file(Path(__file__).resolve().parents[2] / "training/examples/tiny-local.yaml")
+    cfg = GRPOConfig(**to_grpo_config(spec, "cpu"))
+    assert spec.optim.epochs == 3 and spec.output.hf_save_interval == 1 and cfg.model_path == "models/maze-tiny"
