@@ -155,12 +155,16 @@ def memory_report(samples: list[tuple[float, int, dict[str, float]]], warmup_s: 
     return out
 
 
-def with_overrides(cfg, engine_kwargs: dict, env: dict[str, str]):
-    """``cfg`` with extra engine arguments for its base model and extra engine environment variables."""
-    base = cfg.base_models[0]
-    base = base.model_copy(update={"engine_kwargs": {**base.engine_kwargs, **engine_kwargs}})
-    return cfg.model_validate({**cfg.model_dump(), "base_models": [base.model_dump(), *[
-        m.model_dump() for m in cfg.base_models[1:]]], "env": {**cfg.env, **env}})
+def with_overrides(cfg, engine_kwargs: dict, env: dict[str, str], mm_cache_gb: float | None):
+    """``cfg`` with extra engine arguments (and another ``mm_cache_gb``) for its base model, and its engine
+    environment changed by ``env`` (an empty value removes the variable)."""
+    data = cfg.model_dump()
+    base = data["base_models"][0]
+    base["engine_kwargs"] = {**base["engine_kwargs"], **engine_kwargs}
+    if mm_cache_gb is not None:
+        base["mm_cache_gb"] = mm_cache_gb
+    data["env"] = {k: v for k, v in {**cfg.env, **env}.items() if v}
+    return type(cfg).model_validate(data)
 
 
 def main() -> int:
@@ -170,12 +174,13 @@ def main() -> int:
     ap.add_argument("--endpoint", help="a running gateway's base URL (default: start the embedded stack)")
     ap.add_argument("--model", help="model to play (default: the stack's base with its shipped adapter)")
     ap.add_argument("--max-turns", type=int, help="turn limit per episode (default: the variant's)")
-    ap.add_argument("--warmup-s", type=float, default=120.0,
-                    help="seconds after which the replica's memory should stop growing (default 120)")
+    ap.add_argument("--warmup-s", type=float,
+                    help="seconds after which the replica's memory should stop growing (default: half the run)")
     ap.add_argument("--engine-kwargs", type=json.loads, default={},
                     help="JSON object merged into the base model's engine_kwargs (to compare engine settings)")
+    ap.add_argument("--mm-cache-gb", type=float, help="the base model's mm_cache_gb (default: the config's)")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                    help="engine process environment variable over the config's (repeatable)")
+                    help="engine process environment variable over the config's; KEY= removes it (repeatable)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "soak.json"))
     args = ap.parse_args()
     import logging
@@ -195,26 +200,27 @@ def main() -> int:
         # The shipped limits (the test config's are small: 4 images, while an episode sends one a turn).
         cfg = stack_config(assets.base_dir, name="maze-gateway-soak").model_copy(
             update={"limits": ServingConfig.shipped("embedded").limits})
-        cfg = with_overrides(cfg, args.engine_kwargs, dict(kv.split("=", 1) for kv in args.env))
+        cfg = with_overrides(cfg, args.engine_kwargs, dict(kv.split("=", 1) for kv in args.env), args.mm_cache_gb)
         t0 = time.monotonic()
         base_url = embedded.up(cfg, adapters=assets.shipped)
         print(f"stack ready in {time.monotonic() - t0:.0f}s at {base_url}", file=sys.stderr)
         model = args.model or f"{cfg.base_models[0].id}:{next(iter(assets.shipped))}"
         engine_kwargs, engine_env = cfg.base_models[0].engine_kwargs, cfg.env
+        mm_cache_gb = cfg.base_models[0].mm_cache_gb
     else:
         base_url, model = args.endpoint, args.model or "maze-tiny:maze-grpo"
-        engine_kwargs, engine_env = None, None
+        engine_kwargs, engine_env, mm_cache_gb = None, None, None
     # Memory is sampled only on the stack this script started; an --endpoint's host is not this machine's to read.
     state = embedded.read_state() if started else None
     sample = (lambda: replica_usage(state.ray_pid)) if state else dict
     try:
         result = asyncio.run(soak(base_url, model, args.concurrency, args.duration_s, sample, args.max_turns,
-                                  args.warmup_s))
+                                  args.duration_s / 2 if args.warmup_s is None else args.warmup_s))
     finally:
         if started:
             embedded.down()
     out = {"benchmark": "soak", "model": model, "concurrency": args.concurrency, "duration_s": args.duration_s,
-           "max_turns": args.max_turns, "engine_kwargs": engine_kwargs, "env": engine_env, "loadavg_1m_end": round(os.getloadavg()[0], 2),
+           "max_turns": args.max_turns, "mm_cache_gb": mm_cache_gb, "engine_kwargs": engine_kwargs, "env": engine_env, "loadavg_1m_end": round(os.getloadavg()[0], 2),
            "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, **result}
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "replica"} | {

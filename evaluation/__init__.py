@@ -1,7 +1,7 @@
 """maze-gateway evaluation: score adapters on the fixed maze set, keep a leaderboard, write reports."""
 
 from evaluation.config import EvalConfig, parse_seeds
-from evaluation.evaluate import EndpointUnavailable, EvalError, EvalResult, evaluate, evaluate_async
+from evaluation.evaluate import EndpointUnavailable, EvalError, EvalResult, UnknownRun, evaluate, evaluate_async
 from evaluation.leaderboard import Comparison, LeaderboardRow, compare, leaderboard
 from evaluation.manifest import RunManifest
 from evaluation.stats import mcnemar_exact, pass_at_k, wilson_interval
@@ -10,6 +10,6 @@ from evaluation.summary import RunSummary, summarize
 
 __all__ = [
     "Comparison", "EndpointUnavailable", "EvalConfig", "EvalError", "EvalResult", "LeaderboardRow", "RunManifest",
-    "RunSummary", "Store", "compare", "evaluate", "evaluate_async", "leaderboard", "mcnemar_exact", "parse_seeds",
+    "RunSummary", "Store", "UnknownRun", "compare", "evaluate", "evaluate_async", "leaderboard", "mcnemar_exact", "parse_seeds",
     "pass_at_k", "summarize", "wilson_interval",
 ]
