@@ -1,14 +1,18 @@
 """Soak: many concurrent episodes through the gateway for a fixed time; errors and replica memory.
 
-    .venv/bin/python benchmarks/soak.py [--concurrency 256] [--duration-s 180] [--endpoint URL]
-                                        [--out benchmarks/results/soak.json]
+    .venv/bin/python benchmarks/soak.py [--concurrency 256] [--duration-s 180] [--warmup-s S]
+                                        [--endpoint URL] [--out benchmarks/results/soak.json]
+                                        [--mm-cache-gb GB] [--engine-kwargs JSON] [--env KEY=VALUE]
 
 Starts the embedded stack (unless ``--endpoint`` names a running gateway), then keeps
 ``--concurrency`` episodes in flight (each worker plays one seed after another, the runner's real
 multi-turn loop with images) for ``--duration-s``; the episodes still in flight then are cut.
 Retries are off, so every failed request shows as an errored episode and a non-200 status: the
-target is 0 errors, every response a 200, and the serving replica's resident memory (the Serve
-replica and its vLLM engine processes) flat: start, peak and end, sampled every 2 s.
+target is 0 errors, every response a 200, and the serving replica's resident memory flat once warm.
+Memory is sampled every 2 s per process (the Serve replica, vLLM's engine core, its worker) and
+reported as start, after warm-up, peak and end, with the growth over the last half of the run per
+minute and per 1000 responses (:func:`memory_report`). ``--mm-cache-gb``, ``--engine-kwargs`` and
+``--env`` change the stack's engine settings, to compare them.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ def replica_usage(ray_sid: int) -> dict[str, float]:
 
 
 async def soak(base_url: str, model: str, concurrency: int, duration_s: float, sample, max_turns: int | None,
-               warmup_s: float) -> dict:
+               warmup_s: float, history: str) -> dict:
     import httpx
     from openai import AsyncOpenAI
 
@@ -68,7 +72,7 @@ async def soak(base_url: str, model: str, concurrency: int, duration_s: float, s
         statuses[str(response.status_code)] = statuses.get(str(response.status_code), 0) + 1
 
     cfg = RunnerConfig(retry=RetryPolicy(max_attempts=1), concurrency=1, sampling=SamplingParams(max_tokens=16),
-                       max_turns=max_turns)
+                       max_turns=max_turns, history=history)
     endpoint = EndpointConfig(base_url=base_url, model=model, timeout_s=duration_s + 600)
     limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency)
     http = httpx.AsyncClient(timeout=endpoint.timeout_s, event_hooks={"response": [count]}, limits=limits)
@@ -174,6 +178,8 @@ def main() -> int:
     ap.add_argument("--endpoint", help="a running gateway's base URL (default: start the embedded stack)")
     ap.add_argument("--model", help="model to play (default: the stack's base with its shipped adapter)")
     ap.add_argument("--max-turns", type=int, help="turn limit per episode (default: the variant's)")
+    ap.add_argument("--history", default="window:2",
+                    help="earlier turns sent each turn (default window:2, maze-tiny's agent profile, as maze-eval sends)")
     ap.add_argument("--warmup-s", type=float,
                     help="seconds after which the replica's memory should stop growing (default: half the run)")
     ap.add_argument("--engine-kwargs", type=json.loads, default={},
@@ -215,12 +221,12 @@ def main() -> int:
     sample = (lambda: replica_usage(state.ray_pid)) if state else dict
     try:
         result = asyncio.run(soak(base_url, model, args.concurrency, args.duration_s, sample, args.max_turns,
-                                  args.duration_s / 2 if args.warmup_s is None else args.warmup_s))
+                                  args.duration_s / 2 if args.warmup_s is None else args.warmup_s, args.history))
     finally:
         if started:
             embedded.down()
     out = {"benchmark": "soak", "model": model, "concurrency": args.concurrency, "duration_s": args.duration_s,
-           "max_turns": args.max_turns, "mm_cache_gb": mm_cache_gb, "engine_kwargs": engine_kwargs, "env": engine_env, "loadavg_1m_end": round(os.getloadavg()[0], 2),
+           "max_turns": args.max_turns, "history": args.history, "mm_cache_gb": mm_cache_gb, "engine_kwargs": engine_kwargs, "env": engine_env, "loadavg_1m_end": round(os.getloadavg()[0], 2),
            "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, **result}
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "replica"} | {
