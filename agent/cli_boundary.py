@@ -4,7 +4,9 @@ A CLI's click group is built with ``cls=boundary_group(error_map)``: ``error_map
 exceptions the tool expects (its package's error tree, a database or network failure) to
 ``(exit_code, message)``; :func:`common_failure` maps those every tool shares (files,
 permissions, connections). Anything else is reported as an unexpected error, still in one line.
-``--verbose`` (a ``verbose`` parameter of the group) adds the traceback.
+``--verbose`` (a ``verbose`` parameter of the group) adds the traceback. A failure is JSON on
+stdout when the group's ``as_json`` parameter is set or the command was given :func:`json_option`'s
+``--json``.
 """
 
 from __future__ import annotations
@@ -53,13 +55,29 @@ def boundary_group(error_map: ErrorMap) -> type[click.Group]:
     return BoundaryGroup
 
 
+JSON_META = "cli_boundary.as_json"
+
+
+def _mark_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    # Context.meta is shared by a command's context and its group's, where the boundary reads it.
+    if value:
+        ctx.meta[JSON_META] = True
+    return value
+
+
+def json_option(help_text: str = "print the result as JSON on stdout"):
+    """A subcommand's ``--json`` flag (parameter ``as_json``); with it, a failure is reported as JSON too."""
+    return click.option("--json", "as_json", is_flag=True, callback=_mark_json, help=help_text)
+
+
 def report(ctx: click.Context, code: int, message: str, exc: BaseException | None = None) -> None:
-    """Print ``message`` as one line (JSON on stdout when the group's ``as_json`` is set) and exit."""
+    """Print ``message`` as one line (JSON on stdout when the group's ``as_json`` is set, or a
+    command's :func:`json_option`) and exit."""
     params = ctx.find_root().params
     if params.get("verbose") and exc is not None:
         traceback.print_exception(exc, file=sys.stderr)
     message = " ".join(str(message).split())  # one line, whatever the exception text held
-    if params.get("as_json"):
+    if params.get("as_json") or ctx.meta.get(JSON_META):
         click.echo(json.dumps({"error": message, "exit_code": code}))
     else:
         click.echo(f"error: {message}", err=True)

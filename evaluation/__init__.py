@@ -1,7 +1,7 @@
 """maze-gateway evaluation: score adapters on the fixed maze set, keep a leaderboard, write reports."""
 
 from evaluation.config import EvalConfig, parse_seeds
-from evaluation.evaluate import EndpointUnavailable, EvalError, EvalResult, evaluate, evaluate_async
+from evaluation.evaluate import EndpointUnavailable, EvalError, EvalResult, UnknownRun, evaluate, evaluate_async
 from evaluation.leaderboard import Comparison, LeaderboardRow, compare, leaderboard
 from evaluation.manifest import RunManifest
 from evaluation.served import ServedCurve, ServedPoint, record_served_step, served_curves, served_run_name
@@ -11,7 +11,7 @@ from evaluation.summary import RunSummary, summarize
 
 __all__ = [
     "Comparison", "EndpointUnavailable", "EvalConfig", "EvalError", "EvalResult", "LeaderboardRow", "RunManifest",
-    "RunSummary", "ServedCurve", "ServedPoint", "Store", "compare", "evaluate", "evaluate_async", "leaderboard",
-    "mcnemar_exact", "parse_seeds", "pass_at_k", "record_served_step", "served_curves", "served_run_name", "summarize",
-    "wilson_interval",
+    "RunSummary", "ServedCurve", "ServedPoint", "Store", "UnknownRun", "compare", "evaluate", "evaluate_async",
+    "leaderboard", "mcnemar_exact", "parse_seeds", "pass_at_k", "record_served_step", "served_curves", "served_run_name",
+    "summarize", "wilson_interval",
 ]

@@ -19,23 +19,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agent.cli_boundary import boundary_group
+from agent.cli_boundary import boundary_group, json_option
 from evaluation.config import DEFAULT_SEEDS, EvalConfig
-from evaluation.evaluate import EvalError, EvalResult, evaluate
+from evaluation.evaluate import EvalError, EvalResult, UnknownRun, evaluate
 from evaluation.leaderboard import compare, leaderboard
 from evaluation.store import Store
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 0, 1, 2, 3
 console = Console(stderr=True)
-
-
-def _fail(message: str, code: int, as_json: bool) -> None:
-    message = " ".join(str(message).split())  # one line, never wrapped to the terminal
-    if as_json:
-        click.echo(json.dumps({"error": message, "exit_code": code}))
-    else:
-        click.echo(f"error: {message}", err=True)
-    sys.exit(code)
 
 
 def _error_of(exc: BaseException) -> tuple[int, str] | None:
@@ -92,11 +83,8 @@ def main(ctx: click.Context, as_json: bool, resume: str | None, verbose: bool, *
     try:
         cfg = EvalConfig(**{k: v for k, v in opts.items() if v is not None})
     except ValidationError as exc:
-        _fail("; ".join(e["msg"] for e in exc.errors()), EXIT_BAD_INPUT, as_json)
-    try:
-        result = _run_with_progress(cfg, resume, quiet=as_json)
-    except EvalError as exc:
-        _fail(str(exc), exc.exit_code, as_json)
+        raise EvalError("; ".join(e["msg"] for e in exc.errors())) from exc
+    result = _run_with_progress(cfg, resume, quiet=as_json)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
@@ -161,7 +149,7 @@ def _print_result(r: EvalResult) -> None:
 @click.option("--curves", is_flag=True, help="also show training curves: each run's served curve beside the "
                                              "trainer's pass@1, and other curve points")
 @click.option("--wide", is_flag=True, help="every column (path efficiency, invalid actions, date); needs ~150 columns")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @click.pass_obj
 def leaderboard_cmd(obj: dict, env_id: str | None, curves: bool, wide: bool, as_json: bool) -> None:
     """One row per (base, adapter, env, protocol, maze set): the latest complete run."""
@@ -244,14 +232,14 @@ def served_footer(curve) -> str:
 @main.command("compare")
 @click.argument("run_a")
 @click.argument("run_b")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @click.pass_obj
 def compare_cmd(obj: dict, run_a: str, run_b: str, as_json: bool) -> None:
     """Pair RUN_A and RUN_B on seeds: both / only A / only B / neither, exact McNemar p."""
     try:
         c = compare(Store(obj.get("db")), run_a, run_b)
     except KeyError as exc:
-        _fail(f"no run {exc.args[0]!r}", EXIT_BAD_INPUT, as_json)
+        raise UnknownRun(exc.args[0]) from exc
     if as_json:
         click.echo(json.dumps({**c.model_dump(), "verdict": c.verdict}, indent=2))
         return
@@ -274,22 +262,22 @@ def report_cmd(obj: dict, run_id: str | None, source: str | None, out_path: str 
     """Write a self-contained HTML report of RUN_ID (grid, plots, GIF replays), or with --curve the
     served curve of a training run (both curves, the gap, the best step and how to serve it)."""
     if (run_id is None) == (source is None):
-        _fail("give a RUN_ID or --curve SOURCE (one of them)", EXIT_BAD_INPUT, False)
+        raise EvalError("give a RUN_ID or --curve SOURCE (one of them)")
     if source is not None:
         from evaluation.curve_report import write_curve_report
 
         try:
             path = write_curve_report(Store(obj.get("db")), source, out_path or f"{source}-curve.html")
-        except KeyError:
-            _fail(f"no served curve for {source!r} (maze-train watch records one)", EXIT_BAD_INPUT, False)
+        except KeyError as exc:
+            raise EvalError(f"no served curve for {source!r} (maze-train watch records one)") from exc
         click.echo(str(path))
         return
     from evaluation.report import write_report
 
     try:
         path = write_report(Store(obj.get("db")), run_id, out_path or f"{run_id}.html")
-    except KeyError:
-        _fail(f"no run {run_id!r}", EXIT_BAD_INPUT, False)
+    except KeyError as exc:
+        raise UnknownRun(run_id) from exc
     click.echo(str(path))
 
 

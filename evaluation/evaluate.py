@@ -35,6 +35,14 @@ class EvalError(Exception):
     exit_code = 2
 
 
+class UnknownRun(EvalError):
+    """No run with this id in the results store."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run {run_id!r}")
+        self.run_id = run_id
+
+
 class EndpointUnavailable(EvalError):
     """The endpoint is unreachable or does not serve the requested model."""
 

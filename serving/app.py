@@ -53,6 +53,7 @@ def llm_config_dicts(cfg: ServingConfig) -> list[dict[str, Any]]:
         engine = {
             **m.engine_kwargs,
             "max_model_len": m.max_model_len,
+            "mm_processor_cache_gb": m.mm_cache_gb,
             "enable_lora": True,
             "max_lora_rank": cfg.lora.max_rank,
             # vLLM holds max_loras adapters per batch; Ray keeps as many per replica: keep them equal

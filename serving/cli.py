@@ -19,7 +19,7 @@ import click
 import yaml
 from pydantic import ValidationError
 
-from agent.cli_boundary import boundary_group
+from agent.cli_boundary import boundary_group, json_option
 from serving.adapters import AdapterStore
 from serving.config import ServingConfig, load_config
 from serving.errors import (
@@ -28,6 +28,8 @@ from serving.errors import (
     AdapterRefConflict,
     AdapterStoreUnavailable,
     BadAdapterName,
+    BadConfig,
+    BadRequest,
     NoCanary,
     NoRollbackTarget,
     ServingError,
@@ -61,8 +63,7 @@ def _config(ctx: click.Context) -> ServingConfig:
     try:
         return load_config(ctx.obj["config"])
     except (ValidationError, ValueError, OSError, yaml.YAMLError) as exc:
-        click.echo(f"error: bad serving config: {' '.join(str(exc).split())}", err=True)
-        sys.exit(2)
+        raise BadConfig(f"bad serving config: {exc}") from exc
 
 
 def _store(cfg: ServingConfig) -> AdapterStore:
@@ -93,11 +94,11 @@ def render(ctx: click.Context, out: str | None) -> None:
 
     if ctx.obj["config"] is None:  # the embedded default is a laptop stack, not a cluster
         ctx.obj["config"] = "production"
+    cfg = _config(ctx)
     try:
-        text = render_yaml(_config(ctx))
+        text = render_yaml(cfg)
     except ValueError as exc:  # a config the cluster cannot run as such (e.g. ingress: direct)
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        raise BadConfig(str(exc)) from exc
     if out:
         Path(out).write_text(text)
         click.echo(out)
@@ -115,9 +116,10 @@ def up(ctx: click.Context, timeout: float) -> None:
     cfg = _config(ctx)
     try:
         base_url = embedded.up(cfg, ready_timeout=timeout, progress=lambda msg: click.echo(f"... {msg}", err=True))
-    except ServingError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+    except embedded.EmbeddedError:
+        raise
+    except ServingError as exc:  # whatever else stopped the stack from starting leaves with the stack's code
+        raise embedded.EmbeddedError(str(exc)) from exc
     click.echo(base_url)
 
 
@@ -130,7 +132,7 @@ def down() -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def status(as_json: bool) -> None:
     """Show whether the embedded stack runs and is ready (exit 1 when not ready)."""
     from serving import embedded
@@ -171,7 +173,7 @@ def adapters() -> None:
 
 
 @adapters.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @click.pass_context
 def adapters_list(ctx: click.Context, as_json: bool) -> None:
     """Published adapters with their versions."""
@@ -198,8 +200,7 @@ def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, 
     cfg = _config(ctx)
     spec = cfg.base(base) if base else cfg.base_models[0]
     if spec is None:
-        click.echo(f"error: unknown base {base!r}; known: {[m.id for m in cfg.base_models]}", err=True)
-        sys.exit(2)
+        raise BadRequest(f"unknown base {base!r}; known: {[m.id for m in cfg.base_models]}")
     ref = _store(cfg).push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank, force=force,
                            canary=weight)
     if weight is not None:
@@ -272,7 +273,7 @@ def adapters_rollback(ctx: click.Context, name: str) -> None:
 
 @adapters.command("history")
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @click.pass_context
 def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
     """NAME's moves, newest first: version, time, action (the first line is the version served)."""

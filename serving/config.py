@@ -44,6 +44,17 @@ class BaseModelSpec(_Model):
     source: str = Field(description="model folder (local path, relative to the repo for shipped models) or hub id")
     max_model_len: int = Field(4096, ge=256, description="context length")
     agent_profile: AgentProfileSpec = Field(default_factory=AgentProfileSpec, description="protocol and history policy")
+    mm_cache_gb: float = Field(
+        4.0, ge=0,
+        description=(
+            "GiB of processed images the engine keeps for reuse (vLLM mm_processor_cache_gb): an agent "
+            "re-sends its recent frames every turn, and a hit skips their preprocessing and transfer. The "
+            "engine core holds the processed tensors up to this size (the front end only their keys), so it "
+            "is the bound on that part of the replica's memory, which a steady image workload fills to it. "
+            "Size it to the frames in flight (concurrent episodes x images per prompt x processed size); "
+            "0 turns the cache off"
+        ),
+    )
     engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra vLLM engine arguments")
 
     @field_validator("id")
@@ -56,7 +67,8 @@ class BaseModelSpec(_Model):
     @field_validator("engine_kwargs")
     @classmethod
     def _engine(cls, v: dict[str, Any]) -> dict[str, Any]:
-        reserved = {"model", "served_model_name", "enable_lora", "max_lora_rank", "max_loras", "max_model_len"}
+        reserved = {"model", "served_model_name", "enable_lora", "max_lora_rank", "max_loras", "max_model_len",
+                    "mm_processor_cache_gb"}
         clash = sorted(reserved & set(v))
         if clash:
             raise ValueError(f"engine_kwargs may not set {clash}: they come from the config's own fields")

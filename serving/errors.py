@@ -68,6 +68,12 @@ class BadRequest(ServingError):
     status_code, error_type, code = 400, "invalid_request_error", "bad_request"
 
 
+class BadConfig(ServingError):
+    """A serving config that does not load or validate, or that the chosen target cannot run."""
+
+    status_code, error_type, code = 400, "invalid_request_error", "bad_config"
+
+
 class AdapterLoadFailed(ServingError):
     status_code, error_type, code = 422, "invalid_request_error", "adapter_load_failed"
 

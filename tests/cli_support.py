@@ -3,6 +3,7 @@ on stderr starting with ``error:``, the documented exit code, never a traceback.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -30,6 +31,16 @@ def assert_one_line(done: subprocess.CompletedProcess, code: int, *fragments: st
     assert "Traceback" not in done.stderr and len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-2000:]
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
+
+
+def assert_json_error(done: subprocess.CompletedProcess, code: int, *fragments: str) -> None:
+    """With ``--json``: exit ``code`` and the failure as one JSON object on stdout, no traceback."""
+    assert done.returncode == code, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    error = json.loads(done.stdout)
+    assert error["exit_code"] == code, error
+    for fragment in fragments:
+        assert fragment in error["error"], error
 
 
 def closed_port() -> int:

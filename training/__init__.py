@@ -13,7 +13,8 @@ SkyRL's own pieces (the skyrl-gym env, datasets, the job entrypoint, the checked
 """
 
 from training.checkpoints import ExportStep, fetch_step, list_steps
-from training.jobs import JobClient, JobError, JobInfo, follow_metrics, new_submission_id
+from training.errors import ClusterUnavailable, InvalidSpec, JobError, PublishError, TrainingError, UnknownJob
+from training.jobs import JobClient, JobInfo, follow_metrics, new_submission_id
 from training.k8s import render_manifests, write_manifests
 from training.local_job import local_entrypoint
 from training.metrics import StepMetrics, parse_log_lines
@@ -23,13 +24,18 @@ from training.spec import TrainSpec
 from training.watch import WatchConfig, Watcher, watch
 
 __all__ = [
+    "ClusterUnavailable",
     "ExportStep",
+    "InvalidSpec",
     "JobClient",
     "JobError",
     "JobInfo",
+    "PublishError",
     "Published",
     "StepMetrics",
     "TrainSpec",
+    "TrainingError",
+    "UnknownJob",
     "WatchConfig",
     "Watcher",
     "entrypoint_argv",

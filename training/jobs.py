@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from training.errors import ClusterUnavailable, JobError, UnknownJob
 from training.metrics import StepMetrics, parse_log_lines
 
 log = logging.getLogger(__name__)
@@ -21,12 +22,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 Trainer = Literal["skyrl", "local"]
 # Kept out of the uploaded working_dir: environments, caches and local outputs.
 WORKING_DIR_EXCLUDES = [".venv/", ".git/", "**/__pycache__/", "runs/", ".pytest_cache/", "*.egg-info/", ".whl/", ".gl/"]
-
-
-class JobError(Exception):
-    """A job command failed; ``exit_code`` is what the CLI returns."""
-
-    exit_code = 1
 
 
 @dataclass(frozen=True)
@@ -54,7 +49,7 @@ class JobClient:
         try:
             self._client = JobSubmissionClient(address)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise JobError(f"cannot reach a Ray cluster at {address}: {exc}") from exc
+            raise ClusterUnavailable(f"cannot reach a Ray cluster at {address}: {exc}") from exc
 
     def submit(self, entrypoint: str, *, submission_id: str, env_vars: dict[str, str] | None = None,
                metadata: dict[str, str] | None = None, working_dir: str | Path = REPO_ROOT) -> str:
@@ -72,7 +67,7 @@ class JobClient:
         try:
             d = self._client.get_job_info(submission_id)
         except RuntimeError as exc:
-            raise JobError(f"no job {submission_id!r} on {self.address}") from exc
+            raise UnknownJob(f"no job {submission_id!r} on {self.address}") from exc
         return JobInfo(submission_id, str(d.status.value if hasattr(d.status, "value") else d.status), d.entrypoint,
                        d.message, dict(d.metadata or {}))
 
@@ -88,7 +83,7 @@ class JobClient:
         try:
             return self._client.get_job_logs(submission_id)
         except RuntimeError as exc:
-            raise JobError(f"no job {submission_id!r} on {self.address}") from exc
+            raise UnknownJob(f"no job {submission_id!r} on {self.address}") from exc
 
     async def follow(self, submission_id: str) -> AsyncIterator[str]:
         """Log lines as the job writes them, until it ends."""

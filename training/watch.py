@@ -35,6 +35,7 @@ from pydantic import Field
 
 from agent.config import ConfigModel
 from training.checkpoints import ExportStep, list_steps
+from training.errors import TrainingError
 from training.publishing import publish
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
@@ -71,8 +72,10 @@ class WatchConfig(ConfigModel):
         return Path(self.ledger) if self.ledger else default_ledger_path(self.source, self.adapter)
 
 
-class LedgerError(ValueError):
+class LedgerError(TrainingError):
     """The ledger file is unreadable or belongs to another run."""
+
+    exit_code = 2
 
 
 class Ledger:

@@ -11,7 +11,7 @@ import pytest
 
 from evaluation.cli import EXIT_BAD_INPUT, EXIT_UNAVAILABLE
 from serving.config import ServingConfig
-from tests.cli_support import assert_one_line, closed_port, run_cli
+from tests.cli_support import assert_json_error, assert_one_line, closed_port, run_cli
 
 
 def maze_eval(*args: str, home: Path, verbose: bool = False) -> subprocess.CompletedProcess:
@@ -67,3 +67,10 @@ def test_verbose_shows_the_traceback(tmp_path):
     done = maze_eval("--db", "/sys/maze-no-permission/results.db", "leaderboard", home=tmp_path, verbose=True)
     assert done.returncode == EXIT_BAD_INPUT and "Traceback" in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: no permission")
+
+
+def test_json_commands_fail_as_json(tmp_path):
+    """A subcommand's own --json makes its failure JSON on stdout, like the group's --json does."""
+    assert_json_error(maze_eval("compare", "no-a", "no-b", "--json", home=tmp_path), EXIT_BAD_INPUT, "no-a")
+    assert_json_error(maze_eval("--db", "nosuchdialect://x/y", "leaderboard", "--json", home=tmp_path),
+                      EXIT_BAD_INPUT, "results database URL")

@@ -11,7 +11,7 @@ import yaml
 
 from benchmarks.stack import free_port
 from serving.config import ServingConfig
-from tests.cli_support import assert_one_line, run_cli
+from tests.cli_support import assert_json_error, assert_one_line, run_cli
 
 
 def maze_serve(*args: str, home: Path, verbose: bool = False) -> subprocess.CompletedProcess:
@@ -63,6 +63,8 @@ def test_bad_config(tmp_path):
 def test_s3_unreachable(tmp_path):
     cfg = write_config(tmp_path)  # its S3 endpoint is a free port: nothing listens there
     assert_one_line(maze_serve("-c", str(cfg), "adapters", "list", home=tmp_path), 3, "S3")
+    # With the command's --json the same failure is JSON on stdout.
+    assert_json_error(maze_serve("-c", str(cfg), "adapters", "list", "--json", home=tmp_path), 3, "S3")
 
 
 def test_unknown_adapter(tmp_path, s3_server):

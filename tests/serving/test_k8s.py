@@ -63,6 +63,8 @@ def test_production_config_matches_the_reference():
         ({"replicas": {"min_replicas": 3, "max_replicas": 1}}, "max_replicas"),
         ({"unknown_key": 1}, "Extra inputs"),
         ({"base_models": [{"id": "a", "source": "x", "engine_kwargs": {"max_loras": 4}}]}, "may not set"),
+        ({"base_models": [{"id": "a", "source": "x", "engine_kwargs": {"mm_processor_cache_gb": 1}}]}, "may not set"),
+        ({"base_models": [{"id": "a", "source": "x", "mm_cache_gb": -1}]}, "greater than or equal"),
     ],
 )
 def test_bad_configs_are_clear_errors(patch, match):

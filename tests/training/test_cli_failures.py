@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from tests.cli_support import assert_one_line, closed_port, run_cli
+from tests.cli_support import assert_json_error, assert_one_line, closed_port, run_cli
 
 
 def maze_train(*args: str, env: dict[str, str] | None = None, verbose: bool = False) -> subprocess.CompletedProcess:
@@ -17,6 +17,15 @@ def test_cluster_down():
     port = closed_port()
     assert_one_line(maze_train("status", "--address", f"http://127.0.0.1:{port}", "some-job"), 3,
                     f"127.0.0.1:{port}")
+
+
+def test_json_commands_fail_as_json(tmp_path):
+    port = closed_port()
+    assert_json_error(maze_train("status", "--json", "--address", f"http://127.0.0.1:{port}", "some-job"), 3,
+                      f"127.0.0.1:{port}")
+    broken = tmp_path / "spec.yaml"
+    broken.write_text("trainer: {epochs: [unclosed\n")
+    assert_json_error(maze_train("render", "--json", str(broken)), 2, "invalid spec")
 
 
 def test_bad_spec(tmp_path):

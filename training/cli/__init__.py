@@ -19,13 +19,13 @@ from pydantic import ValidationError
 from agent.cli_boundary import boundary_group
 from training.cli import curves, jobs, prepare, publish, watch
 from training.cli.common import EXIT_BAD_INPUT, EXIT_UNAVAILABLE
-from training.jobs import JobError
+from training.errors import TrainingError
 
 
 def _error_of(exc: BaseException) -> tuple[int, str] | None:
     """maze-train's expected failures, mapped once where the CLI starts (codes in the module docstring)."""
-    if isinstance(exc, JobError):
-        return (EXIT_UNAVAILABLE if "cannot reach" in str(exc) else EXIT_BAD_INPUT), str(exc)
+    if isinstance(exc, TrainingError):
+        return exc.exit_code, str(exc)
     if isinstance(exc, (ValidationError, yaml.YAMLError)):
         return EXIT_BAD_INPUT, f"invalid input: {exc}"
     module = type(exc).__module__
@@ -33,6 +33,8 @@ def _error_of(exc: BaseException) -> tuple[int, str] | None:
         return EXIT_UNAVAILABLE, f"S3 unavailable: {exc}"
     if module.startswith("sqlalchemy"):
         return EXIT_UNAVAILABLE, f"results database unavailable: {getattr(exc, 'orig', None) or exc}"
+    if module.startswith("evaluation") and hasattr(exc, "exit_code"):  # watch: scoring's own errors (EvalError)
+        return exc.exit_code, str(exc)
     if module.startswith("serving"):  # publish: the adapter store's own errors carry their status
         return (EXIT_UNAVAILABLE if getattr(exc, "status_code", 0) == 503 else EXIT_BAD_INPUT), str(exc)
     return None

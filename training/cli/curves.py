@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from training.checkpoints import list_steps
-from training.cli.common import ADDRESS, DB, EXIT_BAD_INPUT, fail, job_client
-from training.jobs import JobError
+from training.cli.common import ADDRESS, DB, job_client
 from training.metrics import StepMetrics, parse_log_lines
 
 
@@ -29,11 +28,8 @@ def record_points(db: str | None, source: str, base: str, env_id: str, points: l
 def sync(address: str, submission_id: str, export_path: str | None, db: str | None) -> None:
     """Import a job's step metrics (logs and dumped evals) into the store as a training curve."""
     client = job_client(address)
-    try:
-        meta = client.info(submission_id).metadata
-        points = list(parse_log_lines(client.logs(submission_id).splitlines()))
-    except JobError as exc:
-        fail(exc, EXIT_BAD_INPUT)
+    meta = client.info(submission_id).metadata
+    points = list(parse_log_lines(client.logs(submission_id).splitlines()))
     export_path = export_path or meta.get("export_path")
     if export_path:
         points += [StepMetrics(s.step, {"eval/true_pass_at_1": s.pass_at_1}) for s in list_steps(export_path)

@@ -8,9 +8,10 @@ import sys
 
 import click
 
-from training.cli.common import ADDRESS, DB, EXIT_BAD_INPUT, SPEC_ARG, fail, job_client, load_spec
+from agent.cli_boundary import json_option
+from training.cli.common import ADDRESS, DB, SPEC_ARG, job_client, load_spec
 from training.cli.curves import record_points
-from training.jobs import JobError, follow_metrics, new_submission_id
+from training.jobs import follow_metrics, new_submission_id
 from training.local_job import local_entrypoint
 from training.overrides import render_entrypoint
 
@@ -27,22 +28,16 @@ def submit(address: str, trainer: str, submission_id: str | None, spec_path: str
     sid = submission_id or new_submission_id(trainer)
     meta = {"trainer": trainer, "base": spec.model.path.rstrip("/").rsplit("/", 1)[-1], "env_id": spec.env.env_id,
             "export_path": spec.output.export_path, "run_name": spec.name}
-    try:
-        click.echo(job_client(address).submit(entrypoint, submission_id=sid, env_vars=dict(spec.env_vars), metadata=meta))
-    except JobError as exc:
-        fail(exc)
+    click.echo(job_client(address).submit(entrypoint, submission_id=sid, env_vars=dict(spec.env_vars), metadata=meta))
 
 
 @click.command()
 @ADDRESS
 @click.argument("submission_id")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def status(address: str, submission_id: str, as_json: bool) -> None:
     """Status of a job (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED)."""
-    try:
-        info = job_client(address).info(submission_id)
-    except JobError as exc:
-        fail(exc, EXIT_BAD_INPUT)
+    info = job_client(address).info(submission_id)
     click.echo(json.dumps(info.__dict__) if as_json else f"{info.submission_id}\t{info.status}\t{info.message or ''}")
 
 
@@ -59,10 +54,7 @@ def list_jobs(address: str) -> None:
 @click.argument("submission_id")
 def stop(address: str, submission_id: str) -> None:
     """Stop a running job (its checkpoints stay; submit again to resume)."""
-    try:
-        click.echo("stopped" if job_client(address).stop(submission_id) else "not running")
-    except JobError as exc:
-        fail(exc, EXIT_BAD_INPUT)
+    click.echo("stopped" if job_client(address).stop(submission_id) else "not running")
 
 
 @click.command()
@@ -73,17 +65,14 @@ def stop(address: str, submission_id: str) -> None:
 def logs(address: str, submission_id: str, follow: bool, db: str | None) -> None:
     """Print a job's logs; with --follow, stream them and record step metrics in the store."""
     client = job_client(address)
-    try:
-        if not follow:
-            click.echo(client.logs(submission_id), nl=False)
-            return
-        meta = client.info(submission_id).metadata
-        base, env_id = meta.get("base", "?"), meta.get("env_id", "?")
-        asyncio.run(follow_metrics(client, submission_id, on_line=click.echo,
-                                   on_metrics=lambda sm: record_points(db, submission_id, base, env_id, [sm])))
-        info = client.info(submission_id)
-    except JobError as exc:
-        fail(exc, EXIT_BAD_INPUT)
+    if not follow:
+        click.echo(client.logs(submission_id), nl=False)
+        return
+    meta = client.info(submission_id).metadata
+    base, env_id = meta.get("base", "?"), meta.get("env_id", "?")
+    asyncio.run(follow_metrics(client, submission_id, on_line=click.echo,
+                               on_metrics=lambda sm: record_points(db, submission_id, base, env_id, [sm])))
+    info = client.info(submission_id)
     sys.exit(0 if info.status == "SUCCEEDED" else 1)
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
 import yaml
 from pydantic import ValidationError
 
-from training.cli.common import EXIT_BAD_INPUT, SPEC_ARG, load_spec
+from agent.cli_boundary import json_option
+from training.cli.common import SPEC_ARG, load_spec
+from training.errors import InvalidSpec
 from training.k8s import write_manifests
 from training.overrides import entrypoint_argv, render_entrypoint, to_skyrl_overrides
 from training.skyrl.dataset import DEFAULT_EVAL_ROWS, DEFAULT_TRAIN_ROWS, DatasetConfig, write_datasets
@@ -19,7 +20,7 @@ from training.skyrl.names import VISGYM_ENV_CLASS
 
 @click.command()
 @SPEC_ARG
-@click.option("--json", "as_json", is_flag=True, help="print argv and overrides as JSON")
+@json_option("print argv and overrides as JSON")
 def render(spec_path: str | None, as_json: bool) -> None:
     """Print the job's entrypoint command with every override (the reference spec without SPEC)."""
     spec = load_spec(spec_path)
@@ -47,8 +48,7 @@ def dataset(out_dir: str, env_id: str, env_class: str, train_rows: int, eval_row
     try:
         cfg = DatasetConfig(env_id=env_id, env_class=env_class, train_rows=train_rows, eval_rows=eval_rows)
     except ValidationError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        raise InvalidSpec(str(exc)) from exc
     for split, path in write_datasets(out_dir, cfg).items():
         click.echo(f"{split}\t{path}")
 

@@ -6,14 +6,15 @@ import json
 
 import click
 
+from agent.cli_boundary import json_option
 from training.checkpoints import list_steps
-from training.cli.common import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, fail
+from training.errors import PublishError
 from training.publishing import publish as publish_step
 
 
 @click.command()
 @click.argument("export_path")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def checkpoints(export_path: str, as_json: bool) -> None:
     """Exported steps under EXPORT_PATH (local or s3://) with their eval pass@1."""
     steps = list_steps(export_path)
@@ -33,14 +34,10 @@ def checkpoints(export_path: str, as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="replace an existing adapter of that name")
 def publish(export_path: str, step: int, name: str, serving_config: str | None, base: str | None, force: bool) -> None:
     """Push an exported step's adapter to the gateway's S3 store (validated, atomic)."""
-    from serving.errors import ServingError
-
     try:
         done = publish_step(export_path, step, name, serving_config=serving_config, base=base, force=force)
-    except (FileNotFoundError, ValueError) as exc:
-        fail(exc, EXIT_BAD_INPUT)
-    except ServingError as exc:
-        fail(exc, EXIT_UNAVAILABLE if exc.status_code == 503 else EXIT_BAD_INPUT)
+    except (FileNotFoundError, ValueError) as exc:  # the adapter store's own errors reach the boundary as they are
+        raise PublishError(str(exc)) from exc
     click.echo(f"published {done.base}:{done.name} version {done.version} (step {done.step})")
 
 

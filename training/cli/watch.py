@@ -6,8 +6,9 @@ import asyncio
 
 import click
 
-from training.cli.common import DB, EXIT_BAD_INPUT, EXIT_FAILED, fail, job_client
-from training.watch import DEFAULT_SEEDS, LedgerError, WatchConfig, Watcher
+from training.cli.common import DB, job_client
+from training.errors import InvalidSpec, TrainingError
+from training.watch import DEFAULT_SEEDS, WatchConfig, Watcher
 
 
 @click.command()
@@ -38,30 +39,24 @@ def watch(submission_id: str, adapter: str, address: str | None, export_path: st
     --curve JOB`. Killed and restarted, it goes on where it stopped. Exit 0 when every exported step
     is scored, 1 when some scoring runs stayed incomplete (run it again to resume them).
     """
-    from evaluation import EvalError
-
     client = job_client(address) if address else None
     meta = client.info(submission_id).metadata if client else {}
     export_path = export_path or meta.get("export_path")
     if not export_path:
-        fail(ValueError(f"no export path: job {submission_id!r} has none in its metadata; pass --export"
-                        if client else "without --address, --export is required"), EXIT_BAD_INPUT)
+        raise InvalidSpec(f"no export path: job {submission_id!r} has none in its metadata; pass --export"
+                          if client else "without --address, --export is required")
     cfg = WatchConfig(source=submission_id, export_path=export_path, adapter=adapter,
                       env_id=env_id or meta.get("env_id"), **opts)
-    try:
-        watcher = Watcher(cfg, on_event=click.echo)
-        job_status = None if once or client is None else (lambda: client.info(submission_id).status)
-        summary = asyncio.run(watcher.watch(job_status, interval))
-    except (LedgerError, FileNotFoundError) as exc:
-        fail(exc, EXIT_BAD_INPUT)
-    except EvalError as exc:
-        fail(exc, exc.exit_code)
+    # Ledger, file and scoring (evaluation) failures leave through maze-train's boundary.
+    watcher = Watcher(cfg, on_event=click.echo)
+    job_status = None if once or client is None else (lambda: client.info(submission_id).status)
+    summary = asyncio.run(watcher.watch(job_status, interval))
     _print_best(cfg)
     if summary.job_status:
         click.echo(f"job {submission_id} {summary.job_status}")
     if summary.incomplete:
-        fail(RuntimeError(f"steps {summary.incomplete} not fully scored (errored episodes); run watch again to "
-                          "resume them"), EXIT_FAILED)
+        raise TrainingError(f"steps {summary.incomplete} not fully scored (errored episodes); run watch again to "
+                            "resume them")
 
 
 def _print_best(cfg: WatchConfig) -> None:

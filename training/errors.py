@@ -1,0 +1,38 @@
+"""The training package's errors; ``exit_code`` is what ``maze-train`` returns for each (mapped once,
+at the CLI's boundary)."""
+
+from __future__ import annotations
+
+
+class TrainingError(Exception):
+    """Root of the training package's expected failures."""
+
+    exit_code = 1
+
+
+class InvalidSpec(TrainingError):
+    """A training spec (or a command's options) that does not parse or validate."""
+
+    exit_code = 2
+
+
+class PublishError(TrainingError):
+    """An exported step that cannot be published (missing export folder or step, bad adapter)."""
+
+    exit_code = 2
+
+
+class JobError(TrainingError):
+    """A job command failed (e.g. the cluster refused the submission)."""
+
+
+class ClusterUnavailable(JobError):
+    """No Ray cluster answers at the address."""
+
+    exit_code = 3
+
+
+class UnknownJob(JobError):
+    """The cluster has no job with this submission id."""
+
+    exit_code = 2
