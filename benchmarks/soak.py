@@ -178,8 +178,9 @@ def main() -> int:
     ap.add_argument("--endpoint", help="a running gateway's base URL (default: start the embedded stack)")
     ap.add_argument("--model", help="model to play (default: the stack's base with its shipped adapter)")
     ap.add_argument("--max-turns", type=int, help="turn limit per episode (default: the variant's)")
-    ap.add_argument("--history", default="window:2",
-                    help="earlier turns sent each turn (default window:2, maze-tiny's agent profile, as maze-eval sends)")
+    ap.add_argument("--history", default="full",
+                    help="earlier turns sent each turn: full (default; every earlier frame again, the heaviest "
+                         "image load) or window:K (maze-tiny's agent profile is window:2)")
     ap.add_argument("--warmup-s", type=float,
                     help="seconds after which the replica's memory should stop growing (default: half the run)")
     ap.add_argument("--engine-kwargs", type=json.loads, default={},
