@@ -23,8 +23,9 @@ def _free_port() -> int:
 
 
 @contextmanager
-def local_ray_cluster(num_cpus: int = 2):
-    """Yields the dashboard address (http://127.0.0.1:PORT) of a fresh head node."""
+def local_ray_cluster(num_cpus: int = 2, auth_token: str | None = None):
+    """Yields the dashboard address (http://127.0.0.1:PORT) of a fresh head node; with ``auth_token``
+    the cluster requires that Ray token."""
     ray = str(Path(sys.executable).parent / "ray")
     tmp = tempfile.mkdtemp(prefix="maze-ray-")
     dash = _free_port()
@@ -32,6 +33,8 @@ def local_ray_cluster(num_cpus: int = 2):
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
            # Jobs run `python ...`: make that this venv's interpreter, as an activated venv would.
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if auth_token:
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=auth_token)
     cmd = [ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={_free_port()}",
            "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--num-cpus={num_cpus}",
            f"--temp-dir={tmp}", "--disable-usage-stats", "--include-dashboard=true", "--block"]

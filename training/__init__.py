@@ -13,7 +13,15 @@ SkyRL's own pieces (the skyrl-gym env, datasets, the job entrypoint, the checked
 """
 
 from training.checkpoints import ExportStep, fetch_step, list_steps
-from training.errors import ClusterUnavailable, InvalidSpec, JobError, PublishError, TrainingError, UnknownJob
+from training.errors import (
+    ClusterAuthRequired,
+    ClusterUnavailable,
+    InvalidSpec,
+    JobError,
+    PublishError,
+    TrainingError,
+    UnknownJob,
+)
 from training.jobs import JobClient, JobInfo, follow_metrics, new_submission_id
 from training.k8s import render_manifests, write_manifests
 from training.local_job import local_entrypoint
@@ -24,6 +32,7 @@ from training.spec import TrainSpec
 from training.watch import WatchConfig, Watcher, watch
 
 __all__ = [
+    "ClusterAuthRequired",
     "ClusterUnavailable",
     "ExportStep",
     "InvalidSpec",

@@ -36,3 +36,9 @@ class UnknownJob(JobError):
     """The cluster has no job with this submission id."""
 
     exit_code = 2
+
+
+class ClusterAuthRequired(JobError):
+    """The cluster requires a Ray token the client does not send."""
+
+    exit_code = 2

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from training.errors import ClusterUnavailable, JobError, UnknownJob
+from training.errors import ClusterAuthRequired, ClusterUnavailable, JobError, UnknownJob
 from training.metrics import StepMetrics, parse_log_lines
 
 log = logging.getLogger(__name__)
@@ -43,11 +43,16 @@ class JobClient:
     """Thin typed wrapper over ``ray.job_submission.JobSubmissionClient``."""
 
     def __init__(self, address: str):
+        from ray.exceptions import AuthenticationError
         from ray.job_submission import JobSubmissionClient
 
         self.address = address
         try:
             self._client = JobSubmissionClient(address)
+        except AuthenticationError as exc:
+            # Ray's client sends its token only when told to; its own message buries that.
+            raise ClusterAuthRequired(f"the Ray cluster at {address} requires token authentication: export RAY_AUTH_MODE=token, "
+                           "with the cluster's token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token") from exc
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ClusterUnavailable(f"cannot reach a Ray cluster at {address}: {exc}") from exc
 

@@ -55,3 +55,16 @@ def test_no_permission():
     verbose = maze_train("dataset", "--out", "/sys/maze-no-permission", "--train-rows", "4", "--eval-rows", "2",
                          verbose=True)
     assert verbose.returncode == 2 and "Traceback" in verbose.stderr
+
+
+def test_cluster_requires_a_token(tmp_path):
+    """A real head with Ray token auth on, a client not set up to send the token: one line saying what to set."""
+    from tests.ray_cluster import local_ray_cluster
+
+    with local_ray_cluster(num_cpus=1, auth_token="t" * 32) as address:
+        done = maze_train("status", "--address", address, "some-job",
+                          env={"RAY_AUTH_MODE": None, "RAY_AUTH_TOKEN": None, "HOME": str(tmp_path)})
+        assert_one_line(done, 2, "requires token authentication", "RAY_AUTH_MODE=token")
+        ok = maze_train("status", "--address", address, "some-job",
+                        env={"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "t" * 32, "HOME": str(tmp_path)})
+        assert_one_line(ok, 2, "no job 'some-job'")  # with the token it reaches the cluster

@@ -103,3 +103,15 @@ def test_submit_follow_stop_resume_sync(ray_address, tmp_path):
 def test_unknown_job_and_bad_address(ray_address):
     assert run("status", "--address", ray_address, "no-such-job").exit_code == 2
     assert run("status", "--address", "http://127.0.0.1:9", "x").exit_code == 3
+
+
+def test_submit_console_is_quiet(ray_address, tmp_path):
+    """The real command prints the job id and nothing else: Ray's packaging chatter only with --verbose."""
+    from tests.cli_support import run_cli
+
+    done = run_cli("training.cli", "submit", "--address", ray_address, "--trainer", "local", tiny_spec(tmp_path, epochs=1),
+                   env={"RAY_ADDRESS": None}, timeout=120)
+    assert done.returncode == 0 and done.stderr.strip() == "", done.stderr[-2000:]
+    (job,) = done.stdout.split()
+    assert job.startswith("maze-local-")
+    run("stop", "--address", ray_address, job)

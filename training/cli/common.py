@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import click
 import yaml
 from pydantic import ValidationError
@@ -29,3 +33,25 @@ def load_spec(spec_path: str | None) -> TrainSpec:
 def job_client(address: str) -> JobClient:
     """A Ray Jobs client for ``address``; an unreachable cluster is ``ClusterUnavailable`` (exit code 3)."""
     return JobClient(address)
+
+
+# Loggers of Ray's job client that log each file packaged or skipped (dashboard_sdk sets its own INFO level).
+_RAY_CLIENT_LOGGERS = ("ray", "ray.dashboard.modules.dashboard_sdk")
+
+
+@contextmanager
+def quiet_ray_client() -> Iterator[None]:
+    """Ray's job client logs every file it packages or skips on the ``ray`` loggers (its own
+    handler, not propagated); the console shows those only with ``--verbose``."""
+    if logging.getLogger().getEffectiveLevel() <= logging.INFO:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in _RAY_CLIENT_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)

@@ -9,7 +9,7 @@ import sys
 import click
 
 from agent.cli_boundary import json_option
-from training.cli.common import ADDRESS, DB, SPEC_ARG, job_client, load_spec
+from training.cli.common import ADDRESS, DB, SPEC_ARG, job_client, load_spec, quiet_ray_client
 from training.cli.curves import record_points
 from training.jobs import follow_metrics, new_submission_id
 from training.local_job import local_entrypoint
@@ -28,7 +28,9 @@ def submit(address: str, trainer: str, submission_id: str | None, spec_path: str
     sid = submission_id or new_submission_id(trainer)
     meta = {"trainer": trainer, "base": spec.model.path.rstrip("/").rsplit("/", 1)[-1], "env_id": spec.env.env_id,
             "export_path": spec.output.export_path, "run_name": spec.name}
-    click.echo(job_client(address).submit(entrypoint, submission_id=sid, env_vars=dict(spec.env_vars), metadata=meta))
+    client = job_client(address)
+    with quiet_ray_client():
+        click.echo(client.submit(entrypoint, submission_id=sid, env_vars=dict(spec.env_vars), metadata=meta))
 
 
 @click.command()
