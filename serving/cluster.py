@@ -1,0 +1,325 @@
+"""A multi-node Ray cluster on 127.0.0.1: the production layout across nodes on one machine.
+
+``maze-serve cluster up --workers 2`` starts what a KubeRay RayService runs on several pods, as
+separate processes of this machine (the way Ray's own multi-node tests do it):
+
+1. the local S3 server (moto) with the shipped adapters, as the embedded stack has it;
+2. a Ray head (``ray start --head --block``): GCS, the Serve controller, Serve's one HTTP proxy,
+   the Jobs API, and the custom resource ``maze_head``;
+3. worker nodes (``ray start --address=HEAD --block``, each in its own session, so one can be
+   killed like a lost machine), worker ``i`` offering ``maze_worker_<i>`` (pin a job to it) and
+   one ``maze_replica`` (an LLM replica takes one, so each worker holds at most one);
+4. a shared folder every node sees (``$MAZE_SHARED``; it stands in for FSx ``/shared``);
+5. unless ``app=False``, the gateway app from the config (default ``configs/cluster.yaml``:
+   ``standard`` layout, 1..2 replicas), waiting for ``/ready``.
+
+Everything binds to 127.0.0.1, so Serve runs one proxy, on the head (on KubeRay every node runs
+one, each on its own pod IP). State (pids, ports, logs) lives in ``$MAZE_HOME/cluster``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from serving import embedded
+from serving.config import ServingConfig
+from serving.driver_output import caller_logging_kept, output_to
+from serving.errors import ServingError
+from serving.s3 import s3_env
+
+log = logging.getLogger(__name__)
+
+HOST = embedded.HOST
+WORKER_CPUS = 2  # logical CPUs per worker: one LLM replica's placement group (replica + engine bundle)
+HEAD_RESOURCE = "maze_head"
+REPLICA_RESOURCE = "maze_replica"
+# Loopback only: no token auth, so drivers, `maze-train` and the Jobs API need no shared secret.
+# Several nodes need Ray's cluster mode on (the embedded stack turns it off to stay a laptop node);
+# every node is started with --node-ip-address=127.0.0.1, so nothing listens beyond loopback.
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+class ClusterError(ServingError):
+    """The local cluster cannot start, or a node command failed."""
+
+
+class WorkerNode(BaseModel):
+    """One worker node: the ``ray start`` process leading its session, and what it offers."""
+
+    index: int
+    pid: int
+    resources: dict[str, float]
+    metrics_port: int
+
+
+class ClusterState(BaseModel):
+    """What ``up`` started (state.json in ``$MAZE_HOME/cluster``)."""
+
+    name: str
+    base_url: str | None
+    s3_endpoint: str
+    moto_pid: int
+    head_pid: int
+    ray_address: str
+    dashboard_url: str
+    temp_dir: str
+    shared_dir: str
+    head_metrics_port: int
+    workers: list[WorkerNode]
+    config: dict
+    started_at: float
+
+
+def state_dir() -> Path:
+    return embedded.state_dir().with_name("cluster")
+
+
+def _state_file() -> Path:
+    return state_dir() / "state.json"
+
+
+def read_state() -> ClusterState | None:
+    try:
+        return ClusterState.model_validate_json(_state_file().read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_state(state: ClusterState) -> None:
+    _state_file().write_text(state.model_dump_json(indent=2))
+
+
+def worker_resources(index: int) -> dict[str, float]:
+    """Worker ``index``'s custom resources: its own name (pin work to it) and one replica slot."""
+    return {f"maze_worker_{index}": 1.0, REPLICA_RESOURCE: 1.0}
+
+
+def _agent_ports() -> list[str]:
+    # Own ports for every node's agents: nodes on one machine must not share them.
+    free = embedded._free_port
+    return [f"--node-manager-port={free()}", f"--object-manager-port={free()}",
+            f"--dashboard-agent-listen-port={free()}", f"--dashboard-agent-grpc-port={free()}",
+            f"--runtime-env-agent-port={free()}"]
+
+
+def _ray_env(cfg: ServingConfig, shared: Path) -> dict[str, str]:
+    return {**embedded.RAY_SERVE_TUNING_ENV, **os.environ, **RAY_ENV, **s3_env(cfg),
+            "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0", "MAZE_SHARED": str(shared),
+            # Jobs run `python ...`: this interpreter, as an activated venv would.
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def _spawn(cmd: list[str], env: dict[str, str], log_name: str) -> int:
+    with open(state_dir() / "logs" / log_name, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+    return proc.pid
+
+
+def _start_head(cfg: ServingConfig, shared: Path, head_cpus: int) -> tuple[int, str, str, str, int]:
+    """The head node; returns (pid, GCS address, dashboard URL, temp dir, metrics port)."""
+    gcs, dash, metrics = embedded._free_port(), embedded._free_port(), embedded._free_port()
+    temp_dir = tempfile.mkdtemp(prefix="maze-rc-", dir="/tmp")  # short: Ray's socket paths stay < 107 chars
+    ray_exe = str(Path(sys.executable).with_name("ray"))
+    cmd = [ray_exe, "start", "--head", "--block", f"--node-ip-address={HOST}", f"--port={gcs}",
+           f"--num-cpus={head_cpus}", f"--resources={json.dumps({HEAD_RESOURCE: 1})}",
+           "--include-dashboard=true", f"--dashboard-host={HOST}", f"--dashboard-port={dash}",
+           "--disable-usage-stats", f"--temp-dir={temp_dir}", f"--metrics-export-port={metrics}",
+           "--object-store-memory=100000000", *_agent_ports()]
+    pid = _spawn(cmd, _ray_env(cfg, shared), "head.log")
+    return pid, f"{HOST}:{gcs}", f"http://{HOST}:{dash}", temp_dir, metrics
+
+
+def start_worker(state: ClusterState, index: int, cfg: ServingConfig | None = None) -> WorkerNode:
+    """Start (or restart, after a loss) worker ``index``, joining the head; returns it."""
+    cfg = cfg or ServingConfig.model_validate(state.config)
+    metrics = embedded._free_port()
+    resources = worker_resources(index)
+    ray_exe = str(Path(sys.executable).with_name("ray"))
+    cmd = [ray_exe, "start", f"--address={state.ray_address}", "--block", f"--node-ip-address={HOST}",
+           f"--num-cpus={WORKER_CPUS}", f"--resources={json.dumps(resources)}", "--disable-usage-stats",
+           f"--metrics-export-port={metrics}", "--object-store-memory=100000000", *_agent_ports()]
+    pid = _spawn(cmd, _ray_env(cfg, Path(state.shared_dir)), f"worker-{index}.log")
+    return WorkerNode(index=index, pid=pid, resources=resources, metrics_port=metrics)
+
+
+def _alive_nodes(dashboard_url: str) -> list[dict]:
+    """Alive nodes as the head reports them (Ray's State API on the dashboard)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{dashboard_url}/api/v0/nodes?limit=100", timeout=5) as resp:
+            data = json.load(resp)
+    except (OSError, ValueError):
+        return []
+    rows = data.get("data", {}).get("result", {}).get("result", [])
+    return [n for n in rows if n.get("state") == "ALIVE"]
+
+
+def wait_nodes(state: ClusterState, count: int, timeout: float = 120.0) -> bool:
+    """Wait until ``count`` nodes are alive (head included)."""
+    return embedded.wait_for(lambda: len(_alive_nodes(state.dashboard_url)) >= count, timeout, interval=1.0)
+
+
+def kill_worker(index: int) -> list[int]:
+    """SIGKILL every process of worker ``index`` at once (raylet, replicas, engines, job drivers):
+    what a machine that loses power does. Returns the pids killed."""
+    import signal
+
+    state = _require_state()
+    node = next((w for w in state.workers if w.index == index), None)
+    if node is None:
+        raise ClusterError(f"no worker {index}; workers: {[w.index for w in state.workers]}")
+    pids = [p for p in embedded._session_pids(node.pid) if embedded._alive(p)]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    embedded._reap(pids)
+    return pids
+
+
+def restart_worker(index: int) -> WorkerNode:
+    """Start worker ``index`` again (a replacement machine joining under the same name)."""
+    state = _require_state()
+    if not any(w.index == index for w in state.workers):
+        raise ClusterError(f"no worker {index}; workers: {[w.index for w in state.workers]}")
+    if embedded._alive(next(w for w in state.workers if w.index == index).pid):
+        raise ClusterError(f"worker {index} is running; `maze-serve cluster kill {index}` first")
+    node = start_worker(state, index)
+    state.workers = [node if w.index == index else w for w in state.workers]
+    _write_state(state)
+    return node
+
+
+def _require_state() -> ClusterState:
+    state = read_state()
+    if state is None:
+        raise ClusterError(f"no local cluster running (state dir {state_dir()}); `maze-serve cluster up` first")
+    return state
+
+
+def _deploy(cfg: ServingConfig, state: ClusterState) -> None:
+    with caller_logging_kept():
+        os.environ.update(RAY_ENV)
+        driver_log = state_dir() / "logs" / "deploy.log"
+        with output_to(driver_log):
+            import ray
+            from ray import serve
+
+            from serving.app import build_app
+
+            ray.init(address=state.ray_address, log_to_driver=False, logging_level=logging.WARNING)
+            try:
+                # One proxy, on the head: every node shares 127.0.0.1, so only one can bind the port.
+                serve.start(proxy_location="HeadOnly", http_options={"host": cfg.host, "port": cfg.port})
+                serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False,
+                          logging_config={"log_level": "WARNING", "enable_access_log": False})
+            finally:
+                ray.shutdown()  # Serve is detached: it outlives this driver
+
+
+def up(cfg: ServingConfig | None = None, *, workers: int = 2, app: bool = True, head_cpus: int = 1,
+       adapters: dict[str, Path] | None = None, ready_timeout: float = embedded.READY_TIMEOUT_S,
+       progress: Callable[[str], None] | None = None) -> ClusterState:
+    """Start S3, the head, ``workers`` worker nodes and (``app``) the gateway; returns the state.
+
+    Raises:
+        ClusterError: a cluster already running, a taken port, nodes or app not getting ready.
+    """
+    cfg = cfg or ServingConfig.shipped("cluster")
+    progress = progress or (lambda msg: log.info("%s", msg))
+    if read_state() is not None:
+        raise ClusterError(f"a local cluster is already running (state in {state_dir()}); `maze-serve cluster down` first")
+    if cfg.ingress == "direct":
+        raise ClusterError("a cluster serves through Serve's proxy: use a config with ingress 'proxy'")
+    if app:
+        embedded._check_models(cfg)
+        if not embedded._port_free(cfg.port):
+            raise ClusterError(f"HTTP port {cfg.port} on {HOST} is taken; use a config with another port")
+    (state_dir() / "logs").mkdir(parents=True, exist_ok=True)
+    shared = state_dir() / "shared"
+    shared.mkdir(exist_ok=True)
+    progress(f"logs in {state_dir() / 'logs'}; shared folder {shared}")
+    moto_pid = embedded.start_s3(cfg, adapters, log_dir=state_dir() / "logs")
+    try:
+        head_pid, address, dash, temp_dir, metrics = _start_head(cfg, shared, head_cpus)
+    except BaseException:
+        embedded._stop_group(moto_pid)
+        raise
+    state = ClusterState(name=cfg.name, base_url=f"http://{HOST}:{cfg.port}/v1" if app else None,
+                         s3_endpoint=cfg.adapters.endpoint_url or "", moto_pid=moto_pid, head_pid=head_pid,
+                         ray_address=address, dashboard_url=dash, temp_dir=temp_dir, shared_dir=str(shared),
+                         head_metrics_port=metrics, workers=[], config=cfg.model_dump(mode="json"),
+                         started_at=time.time())
+    _write_state(state)
+    try:
+        if not embedded.wait_for(lambda: len(_alive_nodes(dash)) >= 1, 120, interval=1.0):
+            raise ClusterError(f"the Ray head did not start; see {state_dir() / 'logs' / 'head.log'}")
+        for i in range(1, workers + 1):
+            state.workers.append(start_worker(state, i, cfg))
+        _write_state(state)
+        progress(f"head at {address}; starting {workers} worker node(s)")
+        if not wait_nodes(state, workers + 1):
+            raise ClusterError(f"worker nodes did not join; see {state_dir() / 'logs'}")
+        if app:
+            progress("deploying the gateway app (standard layout)")
+            _deploy(cfg, state)
+            embedded._wait_ready(state.base_url, head_pid, ready_timeout, progress)
+    except BaseException:
+        down()
+        raise
+    return state
+
+
+def down() -> bool:
+    """Stop every node, then S3; False when no cluster was running."""
+    state = read_state()
+    if state is None:
+        return False
+    left = []
+    for w in state.workers:
+        left += embedded._stop_group(w.pid, grace_s=10)
+    left += embedded._stop_group(state.head_pid) + embedded._stop_group(state.moto_pid)
+    _state_file().unlink(missing_ok=True)
+    shutil.rmtree(state.temp_dir, ignore_errors=True)
+    shutil.rmtree(state.shared_dir, ignore_errors=True)
+    if left:
+        raise ClusterError(f"cluster stopped incompletely: pids {left} still alive")
+    return True
+
+
+def status() -> dict:
+    """Nodes (alive by the head's account), worker processes, and readiness of the gateway."""
+    state = read_state()
+    if state is None:
+        return {"running": False, "state_dir": str(state_dir())}
+    ready = None
+    if state.base_url:
+        ready = embedded._get(state.base_url.removesuffix("/v1") + "/ready") == 200
+    return {**state.model_dump(exclude={"config"}), "running": embedded._alive(state.head_pid),
+            "alive_nodes": len(_alive_nodes(state.dashboard_url)),
+            "workers_alive": {w.index: embedded._alive(w.pid) for w in state.workers}, "ready": ready,
+            "metrics_urls": metrics_urls(state)}
+
+
+def metrics_urls(state: ClusterState) -> list[str]:
+    """Every node's Prometheus endpoint (each node exports the metrics of its own processes)."""
+    ports = [state.head_metrics_port] + [w.metrics_port for w in state.workers]
+    return [f"http://{HOST}:{p}/metrics" for p in ports]
+
+
+__all__ = ["ClusterError", "ClusterState", "WorkerNode", "down", "kill_worker", "metrics_urls", "read_state",
+           "restart_worker", "start_worker", "status", "up", "wait_nodes", "worker_resources"]
