@@ -6,10 +6,10 @@ from evaluation.leaderboard import Comparison, LeaderboardRow, compare, leaderbo
 from evaluation.manifest import RunManifest
 from evaluation.stats import mcnemar_exact, pass_at_k, wilson_interval
 from evaluation.store import Store
-from evaluation.summary import RunSummary, summarize
+from evaluation.summary import RetryReport, RunSummary, summarize
 
 __all__ = [
-    "Comparison", "EndpointUnavailable", "EvalConfig", "EvalError", "EvalResult", "LeaderboardRow", "RunManifest",
-    "RunSummary", "Store", "compare", "evaluate", "evaluate_async", "leaderboard", "mcnemar_exact", "parse_seeds",
+    "Comparison", "EndpointUnavailable", "EvalConfig", "EvalError", "EvalResult", "LeaderboardRow", "RetryReport",
+    "RunManifest", "RunSummary", "Store", "compare", "evaluate", "evaluate_async", "leaderboard", "mcnemar_exact", "parse_seeds",
     "pass_at_k", "summarize", "wilson_interval",
 ]

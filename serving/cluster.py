@@ -44,10 +44,11 @@ HOST = embedded.HOST
 WORKER_CPUS = 2  # logical CPUs per worker: one LLM replica's placement group (replica + engine bundle)
 HEAD_RESOURCE = "maze_head"
 REPLICA_RESOURCE = "maze_replica"
-# Loopback only: no token auth, so drivers, `maze-train` and the Jobs API need no shared secret.
-# Several nodes need Ray's cluster mode on (the embedded stack turns it off to stay a laptop node);
-# every node is started with --node-ip-address=127.0.0.1, so nothing listens beyond loopback.
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+# The embedded stack's token auth (drivers and `maze-train` read ~/.ray/auth_token). Worker nodes
+# need Ray's cluster mode, which the embedded stack turns off to stay a laptop node; every node is
+# started with --node-ip-address=127.0.0.1, so nothing listens beyond loopback. Drivers keep
+# embedded.RAY_ENV (they connect from this machine either way).
+NODE_ENV = {**embedded.RAY_ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 class ClusterError(ServingError):
@@ -114,7 +115,7 @@ def _agent_ports() -> list[str]:
 
 
 def _ray_env(cfg: ServingConfig, shared: Path) -> dict[str, str]:
-    return {**embedded.RAY_SERVE_TUNING_ENV, **os.environ, **RAY_ENV, **s3_env(cfg),
+    return {**embedded.RAY_SERVE_TUNING_ENV, **os.environ, **NODE_ENV, **s3_env(cfg),
             "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0", "MAZE_SHARED": str(shared),
             # Jobs run `python ...`: this interpreter, as an activated venv would.
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -132,6 +133,7 @@ def _start_head(cfg: ServingConfig, shared: Path, head_cpus: int) -> tuple[int, 
     gcs, dash, metrics = embedded._free_port(), embedded._free_port(), embedded._free_port()
     temp_dir = tempfile.mkdtemp(prefix="maze-rc-", dir="/tmp")  # short: Ray's socket paths stay < 107 chars
     ray_exe = str(Path(sys.executable).with_name("ray"))
+    embedded.ensure_auth_token(Path(ray_exe))
     cmd = [ray_exe, "start", "--head", "--block", f"--node-ip-address={HOST}", f"--port={gcs}",
            f"--num-cpus={head_cpus}", f"--resources={json.dumps({HEAD_RESOURCE: 1})}",
            "--include-dashboard=true", f"--dashboard-host={HOST}", f"--dashboard-port={dash}",
@@ -150,7 +152,11 @@ def start_worker(state: ClusterState, index: int, cfg: ServingConfig | None = No
     cmd = [ray_exe, "start", f"--address={state.ray_address}", "--block", f"--node-ip-address={HOST}",
            f"--num-cpus={WORKER_CPUS}", f"--resources={json.dumps(resources)}", "--disable-usage-stats",
            f"--metrics-export-port={metrics}", "--object-store-memory=100000000", *_agent_ports()]
-    pid = _spawn(cmd, _ray_env(cfg, Path(state.shared_dir)), f"worker-{index}.log")
+    env = _ray_env(cfg, Path(state.shared_dir))
+    # Each node would be its own machine: give each worker's engine its own core, where vLLM's CPU
+    # backend would otherwise bind every node's engine to the same first core.
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str((index - 1) % (os.cpu_count() or 1)))
+    pid = _spawn(cmd, env, f"worker-{index}.log")
     return WorkerNode(index=index, pid=pid, resources=resources, metrics_port=metrics)
 
 
@@ -213,7 +219,7 @@ def _require_state() -> ClusterState:
 
 def _deploy(cfg: ServingConfig, state: ClusterState) -> None:
     with caller_logging_kept():
-        os.environ.update(RAY_ENV)
+        os.environ.update(embedded.RAY_ENV)
         driver_log = state_dir() / "logs" / "deploy.log"
         with output_to(driver_log):
             import ray

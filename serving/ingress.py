@@ -52,6 +52,7 @@ from serving.errors import (
 )
 from serving.limits import check_request
 from serving.metrics import metric, route_of
+from serving.replica_status import degraded, replica_status
 from serving.resolver import AdapterResolver
 from serving.s3 import export_s3_env
 
@@ -332,7 +333,9 @@ class GatewayIngress(OpenAiIngress):
         return {"status": "ok"}
 
     async def ready(self):
-        """200 when every base model's LLM deployment answers its health check, else 503."""
+        """200 when every base model's LLM deployment answers its health check, else 503; with
+        several replicas also each deployment's running replicas, target and nodes, and status
+        ``degraded`` while fewer run than the target (a lost node, until its replica is back)."""
         async def probe(base: str) -> str:
             try:
                 await asyncio.wait_for(self._default_serve_handles[base].check_health.remote(), READY_TIMEOUT_S)
@@ -343,4 +346,11 @@ class GatewayIngress(OpenAiIngress):
         bases = list(self._default_serve_handles)
         results = dict(zip(bases, await asyncio.gather(*(probe(b) for b in bases))))
         ok = all(v == "ok" for v in results.values())
-        return JSONResponse({"status": "ready" if ok else "not_ready", "models": results}, status_code=200 if ok else 503)
+        body: dict[str, Any] = {"status": "ready" if ok else "not_ready", "models": results}
+        if self.cfg.replicas.max_replicas > 1:  # one replica: the health check already says it all
+            replicas = await asyncio.to_thread(replica_status, self.cfg.name)
+            if replicas is not None:
+                body["replicas"] = replicas
+                if ok and degraded(replicas):
+                    body["status"] = "degraded"  # serving, below the target replica count
+        return JSONResponse(body, status_code=200 if ok else 503)
