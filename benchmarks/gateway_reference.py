@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args()
     os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix="maze-ref-")
+    sys.path.insert(0, str(ROOT))  # run as a script: the repo's packages first
     from benchmarks.stack import stack_config
     from evaluation import EvalConfig, Store, evaluate
     from serving import embedded

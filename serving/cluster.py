@@ -160,12 +160,22 @@ def start_worker(state: ClusterState, index: int, cfg: ServingConfig | None = No
     return WorkerNode(index=index, pid=pid, resources=resources, metrics_port=metrics)
 
 
-def _alive_nodes(dashboard_url: str) -> list[dict]:
-    """Alive nodes as the head reports them (Ray's State API on the dashboard)."""
+def _auth_headers() -> dict[str, str]:
+    """Ray's token for the head's HTTP APIs (the same token auth as the embedded stack)."""
+    token = os.environ.get("RAY_AUTH_TOKEN")
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    if not token and path.is_file():
+        token = path.read_text().strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def nodes(dashboard_url: str) -> list[dict]:
+    """Alive nodes as the head reports them (Ray's State API): ``node_id``, ``resources_total``, ..."""
     import urllib.request
 
+    req = urllib.request.Request(f"{dashboard_url}/api/v0/nodes?limit=100", headers=_auth_headers())
     try:
-        with urllib.request.urlopen(f"{dashboard_url}/api/v0/nodes?limit=100", timeout=5) as resp:
+        with urllib.request.urlopen(req, timeout=5) as resp:
             data = json.load(resp)
     except (OSError, ValueError):
         return []
@@ -173,9 +183,18 @@ def _alive_nodes(dashboard_url: str) -> list[dict]:
     return [n for n in rows if n.get("state") == "ALIVE"]
 
 
+def worker_of(dashboard_url: str, node_id: str) -> int | None:
+    """The worker index of an alive node (from its ``maze_worker_<i>`` resource); None for the head."""
+    for n in nodes(dashboard_url):
+        if n.get("node_id") == node_id:
+            return next((int(k.rsplit("_", 1)[1]) for k in n.get("resources_total", {})
+                         if k.startswith("maze_worker_")), None)
+    return None
+
+
 def wait_nodes(state: ClusterState, count: int, timeout: float = 120.0) -> bool:
     """Wait until ``count`` nodes are alive (head included)."""
-    return embedded.wait_for(lambda: len(_alive_nodes(state.dashboard_url)) >= count, timeout, interval=1.0)
+    return embedded.wait_for(lambda: len(nodes(state.dashboard_url)) >= count, timeout, interval=1.0)
 
 
 def kill_worker(index: int) -> list[int]:
@@ -272,7 +291,7 @@ def up(cfg: ServingConfig | None = None, *, workers: int = 2, app: bool = True, 
                          started_at=time.time())
     _write_state(state)
     try:
-        if not embedded.wait_for(lambda: len(_alive_nodes(dash)) >= 1, 120, interval=1.0):
+        if not embedded.wait_for(lambda: len(nodes(dash)) >= 1, 120, interval=1.0):
             raise ClusterError(f"the Ray head did not start; see {state_dir() / 'logs' / 'head.log'}")
         for i in range(1, workers + 1):
             state.workers.append(start_worker(state, i, cfg))
@@ -316,7 +335,7 @@ def status() -> dict:
     if state.base_url:
         ready = embedded._get(state.base_url.removesuffix("/v1") + "/ready") == 200
     return {**state.model_dump(exclude={"config"}), "running": embedded._alive(state.head_pid),
-            "alive_nodes": len(_alive_nodes(state.dashboard_url)),
+            "alive_nodes": len(nodes(state.dashboard_url)),
             "workers_alive": {w.index: embedded._alive(w.pid) for w in state.workers}, "ready": ready,
             "metrics_urls": metrics_urls(state)}
 
@@ -327,5 +346,5 @@ def metrics_urls(state: ClusterState) -> list[str]:
     return [f"http://{HOST}:{p}/metrics" for p in ports]
 
 
-__all__ = ["ClusterError", "ClusterState", "WorkerNode", "down", "kill_worker", "metrics_urls", "read_state",
-           "restart_worker", "start_worker", "status", "up", "wait_nodes", "worker_resources"]
+__all__ = ["ClusterError", "ClusterState", "WorkerNode", "down", "kill_worker", "metrics_urls", "nodes", "read_state",
+           "restart_worker", "start_worker", "status", "up", "wait_nodes", "worker_of", "worker_resources"]

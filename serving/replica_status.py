@@ -17,8 +17,9 @@ LLM_DEPLOYMENT_PREFIX = "GatewayLLMServer"  # Ray Serve LLM names the deployment
 
 
 def summarize_replicas(details: dict[str, Any], app: str) -> dict[str, dict[str, Any]]:
-    """Per LLM deployment of ``app``: running replicas, the target, other states, and the nodes the
-    running ones are on (pure: ``details`` is the controller's ``get_serve_details()``)."""
+    """Per LLM deployment of ``app``: running replicas, the target, replicas by state, the nodes the
+    running ones are on and which replica runs on which node (pure: ``details`` is the controller's
+    ``get_serve_details()``)."""
     deployments = details.get("applications", {}).get(app, {}).get("deployments", {})
     out = {}
     for name, d in sorted(deployments.items()):
@@ -30,7 +31,8 @@ def summarize_replicas(details: dict[str, Any], app: str) -> dict[str, dict[str,
         for r in replicas:
             states[r.get("state", "?")] = states.get(r.get("state", "?"), 0) + 1
         out[name] = {"running": len(running), "target": int(d.get("target_num_replicas", 0)), "states": states,
-                     "nodes": sorted({r.get("node_id") or "" for r in running})}
+                     "nodes": sorted({r.get("node_id") or "" for r in running}),
+                     "placement": {r.get("replica_id", "?"): r.get("node_id") or "" for r in running}}
     return out
 
 

@@ -16,19 +16,6 @@ os.environ.update(RAY_ENV)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def cluster_config(**replicas):
-    """configs/cluster.yaml on free ports, serving the shipped models/maze-tiny."""
-    from benchmarks.stack import free_port
-    from serving.config import ServingConfig
-
-    d = ServingConfig.shipped("cluster").model_dump(mode="json")
-    d["port"] = free_port()
-    d["adapters"]["endpoint_url"] = f"http://127.0.0.1:{free_port()}"
-    d["adapters"]["resolve_ttl_s"] = 1.0
-    d["replicas"].update(replicas)
-    return ServingConfig.model_validate(d)
-
-
 @pytest.fixture(scope="module")
 def maze_home(tmp_path_factory):
     """A private MAZE_HOME for this module's cluster (its state, logs and shared folder)."""
@@ -42,10 +29,11 @@ def maze_home(tmp_path_factory):
 
 
 def start_cluster(app: bool):
+    from benchmarks.stack import cluster_stack_config
     from serving import cluster
 
     if not (ROOT / "models" / "maze-tiny" / "model.safetensors").is_file():
         pytest.fail("models/maze-tiny is missing (it ships in the repo)")
-    cfg = cluster_config()
+    cfg = cluster_stack_config()
     state = cluster.up(cfg, workers=2, app=app, progress=lambda msg: print(f"... {msg}", flush=True))
     return cfg, state
