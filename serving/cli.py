@@ -245,9 +245,6 @@ def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
         click.echo(f"{m.version}\t{m.at}\t{m.action}")
 
 
-if __name__ == "__main__":
-    main()
-
 
 @main.group()
 def cluster() -> None:
@@ -332,3 +329,7 @@ def cluster_restart(worker: int) -> None:
     except ServingError as exc:
         _cluster_error(exc)
     click.echo(f"worker {worker} started (pid {node.pid})")
+
+
+if __name__ == "__main__":
+    main()

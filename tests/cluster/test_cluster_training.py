@@ -113,7 +113,3 @@ def test_job_resumes_from_shared_checkpoint_after_node_loss(nodes):
     assert marker(shared) == target
     assert (shared / "export" / f"global_step_{target}" / "policy" / "adapter_model.safetensors").is_file()
 
-
-def test_submit_rejects_a_malformed_resource(nodes):
-    bad = run("submit", "--address", nodes.dashboard_url, "--trainer", "local", "--resource", "maze_worker_1")
-    assert bad.exit_code == 2 and "NAME=AMOUNT" in bad.output

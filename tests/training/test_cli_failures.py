@@ -46,3 +46,11 @@ def test_no_permission():
     verbose = maze_train("dataset", "--out", "/sys/maze-no-permission", "--train-rows", "4", "--eval-rows", "2",
                          verbose=True)
     assert verbose.returncode == 2 and "Traceback" in verbose.stderr
+
+
+def test_malformed_resource():
+    # checked before any cluster is contacted
+    done = maze_train("submit", "--address", f"http://127.0.0.1:{closed_port()}", "--trainer", "local",
+                      "--resource", "maze_worker_1")
+    assert_one_line(done, 2, "NAME=AMOUNT")
+    assert_one_line(maze_train("submit", "--address", "http://127.0.0.1:9", "--resource", "w=-1"), 2, "AMOUNT > 0")

@@ -47,7 +47,8 @@ def _resources(pairs: tuple[str, ...]) -> dict[str, float]:
         except ValueError:
             value = -1.0
         if not sep or not name or value <= 0:
-            raise click.BadParameter(f"{pair!r}: expected NAME=AMOUNT with AMOUNT > 0", param_hint="--resource")
+            click.echo(f"error: --resource {pair!r}: expected NAME=AMOUNT with AMOUNT > 0", err=True)
+            sys.exit(EXIT_BAD_INPUT)
         out[name] = value
     return out
 
