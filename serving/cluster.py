@@ -256,6 +256,21 @@ def _deploy(cfg: ServingConfig, state: ClusterState) -> None:
                 ray.shutdown()  # Serve is detached: it outlives this driver
 
 
+def _join_workers(state: ClusterState, workers: int, progress: Callable[[str], None], tries: int = 3) -> None:
+    """Wait until every worker joined; one whose ``ray start`` gave up (a busy GCS times a node's
+    start-up out) is started again, up to ``tries`` times in all."""
+    for _ in range(tries):
+        if wait_nodes(state, workers + 1, timeout=150):
+            return
+        dead = [w.index for w in state.workers if not embedded._alive(w.pid)]
+        if not dead:
+            break
+        progress(f"worker(s) {dead} gave up joining; starting them again")
+        state.workers = [start_worker(state, w.index) if w.index in dead else w for w in state.workers]
+        _write_state(state)
+    raise ClusterError(f"worker nodes did not join; see {state_dir() / 'logs'}")
+
+
 def up(cfg: ServingConfig | None = None, *, workers: int = 2, app: bool = True, head_cpus: int = 1,
        adapters: dict[str, Path] | None = None, ready_timeout: float = embedded.READY_TIMEOUT_S,
        progress: Callable[[str], None] | None = None) -> ClusterState:
@@ -297,8 +312,7 @@ def up(cfg: ServingConfig | None = None, *, workers: int = 2, app: bool = True, 
             state.workers.append(start_worker(state, i, cfg))
         _write_state(state)
         progress(f"head at {address}; starting {workers} worker node(s)")
-        if not wait_nodes(state, workers + 1):
-            raise ClusterError(f"worker nodes did not join; see {state_dir() / 'logs'}")
+        _join_workers(state, workers, progress)
         if app:
             progress("deploying the gateway app (standard layout)")
             _deploy(cfg, state)
