@@ -13,8 +13,11 @@ separate processes of this machine (the way Ray's own multi-node tests do it):
 5. unless ``app=False``, the gateway app from the config (default ``configs/cluster.yaml``:
    ``standard`` layout, 1..2 replicas), waiting for ``/ready``.
 
-Everything binds to 127.0.0.1, so Serve runs one proxy, on the head (on KubeRay every node runs
-one, each on its own pod IP). State (pids, ports, logs) lives in ``$MAZE_HOME/cluster``.
+The gateway and S3 listen on 127.0.0.1. Ray joins nodes only in its cluster mode, which
+registers a node started with ``--node-ip-address=127.0.0.1`` under the machine's own address
+(traffic stays on this machine). Every node has the same address, so Serve runs one proxy, on the
+head (on KubeRay every node runs one, each on its own pod IP). State (pids, ports, logs) lives in
+``$MAZE_HOME/cluster``.
 """
 
 from __future__ import annotations
@@ -45,8 +48,7 @@ WORKER_CPUS = 2  # logical CPUs per worker: one LLM replica's placement group (r
 HEAD_RESOURCE = "maze_head"
 REPLICA_RESOURCE = "maze_replica"
 # The embedded stack's token auth (drivers and `maze-train` read ~/.ray/auth_token). Worker nodes
-# need Ray's cluster mode, which the embedded stack turns off to stay a laptop node; every node is
-# started with --node-ip-address=127.0.0.1, so nothing listens beyond loopback. Drivers keep
+# need Ray's cluster mode, which the embedded stack turns off to stay a laptop node. Drivers keep
 # embedded.RAY_ENV (they connect from this machine either way).
 NODE_ENV = {**embedded.RAY_ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_USAGE_STATS_ENABLED": "0"}
 
