@@ -258,19 +258,26 @@ def _deploy(cfg: ServingConfig, state: ClusterState) -> None:
                 ray.shutdown()  # Serve is detached: it outlives this driver
 
 
-def _join_workers(state: ClusterState, workers: int, progress: Callable[[str], None], tries: int = 3) -> None:
-    """Wait until every worker joined; one whose ``ray start`` gave up (a busy GCS times a node's
-    start-up out) is started again, up to ``tries`` times in all."""
-    for _ in range(tries):
-        if wait_nodes(state, workers + 1, timeout=150):
-            return
-        dead = [w.index for w in state.workers if not embedded._alive(w.pid)]
-        if not dead:
-            break
-        progress(f"worker(s) {dead} gave up joining; starting them again")
-        state.workers = [start_worker(state, w.index) if w.index in dead else w for w in state.workers]
-        _write_state(state)
-    raise ClusterError(f"worker nodes did not join; see {state_dir() / 'logs'}")
+def _join_workers(state: ClusterState, workers: int, cfg: ServingConfig, progress: Callable[[str], None],
+                  tries: int = 3) -> None:
+    """Start the workers one after the other, each once the previous one joined: a raylet must
+    register with the GCS within 30 s (Ray's fixed limit), which on a busy machine two at once can
+    miss; one whose ``ray start`` gave up is started again, up to ``tries`` times."""
+    for i in range(1, workers + 1):
+        for attempt in range(tries):
+            node = start_worker(state, i, cfg)
+            state.workers = [w for w in state.workers if w.index != i] + [node]
+            _write_state(state)
+            def settled(count: int = i + 1, pid: int = node.pid) -> bool:
+                return len(nodes(state.dashboard_url)) >= count or not embedded._alive(pid)
+
+            joined = embedded.wait_for(settled, 150, interval=1.0)
+            if joined and embedded._alive(node.pid):
+                break
+            embedded._stop_group(node.pid, grace_s=5)
+            progress(f"worker {i} did not join (attempt {attempt + 1}); starting it again")
+        else:
+            raise ClusterError(f"worker {i} did not join; see {state_dir() / 'logs' / f'worker-{i}.log'}")
 
 
 def up(cfg: ServingConfig | None = None, *, workers: int = 2, app: bool = True, head_cpus: int = 1,
@@ -310,11 +317,8 @@ def up(cfg: ServingConfig | None = None, *, workers: int = 2, app: bool = True, 
     try:
         if not embedded.wait_for(lambda: len(nodes(dash)) >= 1, 120, interval=1.0):
             raise ClusterError(f"the Ray head did not start; see {state_dir() / 'logs' / 'head.log'}")
-        for i in range(1, workers + 1):
-            state.workers.append(start_worker(state, i, cfg))
-        _write_state(state)
         progress(f"head at {address}; starting {workers} worker node(s)")
-        _join_workers(state, workers, progress)
+        _join_workers(state, workers, cfg, progress)
         if app:
             progress("deploying the gateway app (standard layout)")
             _deploy(cfg, state)
