@@ -46,6 +46,7 @@ from serving.errors import (
     AdapterNotFound,
     MissingParameter,
     ModelNotFound,
+    ReplicaUnavailable,
     RequestTooLarge,
     ServingError,
     Unauthorized,
@@ -71,6 +72,13 @@ def _unwrap(exc: BaseException) -> BaseException:
     # Ray re-raises a replica's exception as RayTaskError(<cause class>): report the cause itself.
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, BaseException) else exc
+
+
+def _replica_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the replica (its actor, worker or node) is gone, not that the request failed."""
+    from ray.exceptions import NodeDiedError, RayActorError, WorkerCrashedError
+
+    return isinstance(exc, (RayActorError, WorkerCrashedError, NodeDiedError))
 
 
 async def openai_error_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -286,6 +294,10 @@ class GatewayIngress(OpenAiIngress):
             cause = _unwrap(exc)
             if isinstance(cause, ServingError):
                 raise cause from None
+            if _replica_lost(cause):  # not the adapter's fault: another replica can answer a retry
+                log.warning("replica lost while serving %s: %s", requested, cause)
+                raise ReplicaUnavailable(f"the replica serving {requested!r} was lost ({type(cause).__name__}); "
+                                         "retry the request") from None
             if ":" not in (requested or ""):
                 raise
             log.warning("adapter %s (%s) failed: %s", requested, body.model, cause)

@@ -141,7 +141,7 @@ def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
     future.add_done_callback(lambda _: done.set())
     assert done.wait(600)
     assert not future.done(), future.result()  # still running when the node goes
-    killed_at = time.monotonic()
+    killed_at, episodes_before = time.monotonic(), len(finished)
     assert cluster.kill_worker(2)
     # Readiness shows the loss (still 200: the other replica serves) ...
     lost_s = None
@@ -164,7 +164,7 @@ def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
     result = future.result(timeout=900)
     pool.shutdown()
     rr = result.retries
-    print(f"\nkill after {len(finished)} episodes; readiness degraded after {lost_s:.1f}s, back to 2 replicas after "
+    print(f"\nkill after {episodes_before} episodes; readiness degraded after {lost_s:.1f}s, back to 2 replicas after "
           f"{back_s}s; retries {rr.model_dump()}; solved {result.summary.solved}/64")
     assert back_s is not None, body
     assert result.status == "complete" and result.summary.n == 64 and result.summary.errors == 0
