@@ -268,6 +268,7 @@ def _join_workers(state: ClusterState, workers: int, cfg: ServingConfig, progres
             node = start_worker(state, i, cfg)
             state.workers = [w for w in state.workers if w.index != i] + [node]
             _write_state(state)
+
             def settled(count: int = i + 1, pid: int = node.pid) -> bool:
                 return len(nodes(state.dashboard_url)) >= count or not embedded._alive(pid)
 
