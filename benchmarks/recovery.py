@@ -182,8 +182,9 @@ def main() -> None:
         client.chat.completions.create(model=ADAPTER, messages=messages, max_tokens=4, temperature=0)  # warm
         result = {"cluster": {"workers": 2, "up_s": round(up_s, 1), "layout": "standard", "replicas": "1..2",
                               "machine_cpus": os.cpu_count()},
-                  "routing": routing(state, client, messages),
-                  "recovery": recovery(state, client, messages, args.load)}
+                  "routing": routing(state, client, messages)}
+        OUT.write_text(json.dumps(result, indent=2) + "\n")  # kept if the recovery part fails
+        result["recovery"] = recovery(state, client, messages, args.load)
     finally:
         cluster.down()
     OUT.write_text(json.dumps(result, indent=2) + "\n")

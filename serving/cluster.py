@@ -214,7 +214,8 @@ def kill_worker(index: int) -> list[int]:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    embedded._reap(pids)
+    # Delivery is asynchronous: return once they are gone, so a restart can follow at once.
+    embedded.wait_for(lambda: (embedded._reap(pids), not any(embedded._alive(p) for p in pids))[1], 10, interval=0.05)
     return pids
 
 
