@@ -214,8 +214,12 @@ def kill_worker(index: int) -> list[int]:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    def gone() -> bool:
+        embedded._reap(pids)  # our own child (`ray start`) would stay a zombie
+        return not any(embedded._alive(p) for p in pids)
+
     # Delivery is asynchronous: return once they are gone, so a restart can follow at once.
-    embedded.wait_for(lambda: (embedded._reap(pids), not any(embedded._alive(p) for p in pids))[1], 10, interval=0.05)
+    embedded.wait_for(gone, 10, interval=0.05)
     return pids
 
 
