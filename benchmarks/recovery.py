@@ -133,28 +133,32 @@ def recovery(state, client: openai.OpenAI, messages: list[dict], load: int) -> d
             if not ok:
                 time.sleep(0.1)
 
-    threads = [threading.Thread(target=loop) for _ in range(load)]
+    threads = [threading.Thread(target=loop, daemon=True) for _ in range(load)]
     for t in threads:
         t.start()
-    time.sleep(10)  # steady state first
-    killed = time.monotonic()
-    cluster.kill_worker(worker)
-    cluster.restart_worker(worker)  # the replacement machine starts at once, as a new pod would
-    degraded_s = full_s = None
-    while time.monotonic() < killed + 600 and full_s is None:
-        body = _ready(state)
-        replicas = body.get("replicas", {}).get(LLM, {})
-        if degraded_s is None and body.get("status") == "degraded":
-            degraded_s = time.monotonic() - killed
-        if degraded_s is not None and body.get("status") == "ready" and replicas.get("running") == 2:
-            full_s = time.monotonic() - killed
-        time.sleep(0.5)
-    stop.set()
-    for t in threads:
-        t.join()
+    try:
+        time.sleep(10)  # steady state first
+        killed = time.monotonic()
+        cluster.kill_worker(worker)
+        cluster.restart_worker(worker)  # the replacement machine starts at once, as a new pod would
+        rejoined_s = time.monotonic() - killed
+        degraded_s = full_s = None
+        while time.monotonic() < killed + 600 and full_s is None:
+            body = _ready(state)
+            replicas = body.get("replicas", {}).get(LLM, {})
+            if degraded_s is None and body.get("status") == "degraded":
+                degraded_s = time.monotonic() - killed
+            if degraded_s is not None and body.get("status") == "ready" and replicas.get("running") == 2:
+                full_s = time.monotonic() - killed
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(150)
     first_ok = min((end for start, end, ok in log if ok and start > killed), default=None)
     failed = [(s, e) for s, e, ok in log if not ok]
     return {"killed_worker": worker, "killed_replica": holder, "load_threads": load,
+            "worker_rejoined_s": round(rejoined_s, 2),
             "first_adapter_success_s": round(first_ok - killed, 2) if first_ok else None,
             "readiness_degraded_s": round(degraded_s, 2) if degraded_s else None,
             "full_capacity_s": round(full_s, 2) if full_s else None,

@@ -224,16 +224,15 @@ def kill_worker(index: int) -> list[int]:
 
 
 def restart_worker(index: int) -> WorkerNode:
-    """Start worker ``index`` again (a replacement machine joining under the same name)."""
+    """Start worker ``index`` again (a replacement machine joining under the same name); returns
+    once its node runs."""
     state = _require_state()
     if not any(w.index == index for w in state.workers):
         raise ClusterError(f"no worker {index}; workers: {[w.index for w in state.workers]}")
     if embedded._alive(next(w for w in state.workers if w.index == index).pid):
         raise ClusterError(f"worker {index} is running; `maze-serve cluster kill {index}` first")
-    node = start_worker(state, index)
-    state.workers = [node if w.index == index else w for w in state.workers]
-    _write_state(state)
-    return node
+    return _start_and_join(state, index, ServingConfig.model_validate(state.config),
+                           lambda msg: log.info("%s", msg))
 
 
 def _require_state() -> ClusterState:
@@ -263,27 +262,39 @@ def _deploy(cfg: ServingConfig, state: ClusterState) -> None:
                 ray.shutdown()  # Serve is detached: it outlives this driver
 
 
-def _join_workers(state: ClusterState, workers: int, cfg: ServingConfig, progress: Callable[[str], None],
-                  tries: int = 3) -> None:
-    """Start the workers one after the other, each once the previous one joined: a raylet must
-    register with the GCS within 30 s (Ray's fixed limit), which on a busy machine two at once can
-    miss; one whose ``ray start`` gave up is started again, up to ``tries`` times."""
+def _start_and_join(state: ClusterState, index: int, cfg: ServingConfig, progress: Callable[[str], None],
+                    tries: int = 3) -> WorkerNode:
+    """Start worker ``index`` and wait until its ``ray start`` reports the node running. A raylet
+    must register with the GCS within 30 s (Ray's fixed limit), which a busy machine can miss:
+    one that gave up is started again, up to ``tries`` times in all."""
+    log_file = state_dir() / "logs" / f"worker-{index}.log"
+    for attempt in range(tries):
+        offset = log_file.stat().st_size if log_file.exists() else 0
+        node = start_worker(state, index, cfg)
+        state.workers = sorted([w for w in state.workers if w.index != index] + [node], key=lambda w: w.index)
+        _write_state(state)
+
+        def settled(pid: int = node.pid, offset: int = offset) -> bool:
+            with open(log_file, "rb") as fh:
+                fh.seek(offset)
+                started = b"Ray runtime started" in fh.read()
+            return started or not embedded._alive(pid)
+
+        embedded.wait_for(settled, 150, interval=1.0)
+        if embedded._alive(node.pid):
+            return node
+        embedded._stop_group(node.pid, grace_s=5)
+        progress(f"worker {index} did not join (attempt {attempt + 1}); starting it again")
+    raise ClusterError(f"worker {index} did not join; see {log_file}")
+
+
+def _join_workers(state: ClusterState, workers: int, cfg: ServingConfig, progress: Callable[[str], None]) -> None:
+    """Start the workers one after the other, each once the previous one runs (two raylets
+    registering at once on a busy machine miss Ray's start-up limit more often)."""
     for i in range(1, workers + 1):
-        for attempt in range(tries):
-            node = start_worker(state, i, cfg)
-            state.workers = [w for w in state.workers if w.index != i] + [node]
-            _write_state(state)
-
-            def settled(count: int = i + 1, pid: int = node.pid) -> bool:
-                return len(nodes(state.dashboard_url)) >= count or not embedded._alive(pid)
-
-            joined = embedded.wait_for(settled, 150, interval=1.0)
-            if joined and embedded._alive(node.pid):
-                break
-            embedded._stop_group(node.pid, grace_s=5)
-            progress(f"worker {i} did not join (attempt {attempt + 1}); starting it again")
-        else:
-            raise ClusterError(f"worker {i} did not join; see {state_dir() / 'logs' / f'worker-{i}.log'}")
+        _start_and_join(state, i, cfg, progress)
+    if not wait_nodes(state, workers + 1):
+        raise ClusterError(f"worker nodes did not join; see {state_dir() / 'logs'}")
 
 
 def up(cfg: ServingConfig | None = None, *, workers: int = 2, app: bool = True, head_cpus: int = 1,
