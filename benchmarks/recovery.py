@@ -140,7 +140,12 @@ def recovery(state, client: openai.OpenAI, messages: list[dict], load: int) -> d
         time.sleep(10)  # steady state first
         killed = time.monotonic()
         cluster.kill_worker(worker)
-        cluster.restart_worker(worker)  # the replacement machine starts at once, as a new pod would
+        # The replacement machine starts once the head has declared the old node dead (a raylet
+        # started before that fails to register on this machine; a new pod likewise follows the
+        # old one's deletion).
+        cluster.embedded.wait_for(lambda: len(cluster.nodes(state.dashboard_url)) <= 2, 120, interval=0.5)
+        node_dead_s = time.monotonic() - killed
+        cluster.restart_worker(worker)
         rejoined_s = time.monotonic() - killed
         degraded_s = full_s = None
         while time.monotonic() < killed + 600 and full_s is None:
@@ -158,7 +163,7 @@ def recovery(state, client: openai.OpenAI, messages: list[dict], load: int) -> d
     first_ok = min((end for start, end, ok in log if ok and start > killed), default=None)
     failed = [(s, e) for s, e, ok in log if not ok]
     return {"killed_worker": worker, "killed_replica": holder, "load_threads": load,
-            "worker_rejoined_s": round(rejoined_s, 2),
+            "node_declared_dead_s": round(node_dead_s, 2), "worker_rejoined_s": round(rejoined_s, 2),
             "first_adapter_success_s": round(first_ok - killed, 2) if first_ok else None,
             "readiness_degraded_s": round(degraded_s, 2) if degraded_s else None,
             "full_capacity_s": round(full_s, 2) if full_s else None,
