@@ -224,13 +224,18 @@ def kill_worker(index: int) -> list[int]:
 
 
 def restart_worker(index: int) -> WorkerNode:
-    """Start worker ``index`` again (a replacement machine joining under the same name); returns
-    once its node runs."""
+    """Start worker ``index`` again (a replacement machine joining under the same name), once the
+    head has declared the lost node dead; returns once the new node runs."""
     state = _require_state()
     if not any(w.index == index for w in state.workers):
         raise ClusterError(f"no worker {index}; workers: {[w.index for w in state.workers]}")
     if embedded._alive(next(w for w in state.workers if w.index == index).pid):
         raise ClusterError(f"worker {index} is running; `maze-serve cluster kill {index}` first")
+    # A raylet started while the head still lists the lost node (its health checks take ~15 s to
+    # declare it dead) fails to register here: wait for the head to let go of it first.
+    resource = f"maze_worker_{index}"
+    embedded.wait_for(lambda: not any(resource in n.get("resources_total", {}) for n in nodes(state.dashboard_url)),
+                      90, interval=0.5)
     return _start_and_join(state, index, ServingConfig.model_validate(state.config),
                            lambda msg: log.info("%s", msg))
 
