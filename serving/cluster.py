@@ -199,6 +199,27 @@ def wait_nodes(state: ClusterState, count: int, timeout: float = 120.0) -> bool:
     return embedded.wait_for(lambda: len(nodes(state.dashboard_url)) >= count, timeout, interval=1.0)
 
 
+def _with_descendants(pids: list[int]) -> list[int]:
+    """``pids`` and every live process below them: Ray's job manager starts a job's driver in a
+    session of its own, which a lost machine takes down all the same."""
+    parents: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    ppid = int(fh.read().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            parents.setdefault(ppid, []).append(int(name))
+    out, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid not in out and embedded._alive(pid):
+            out.append(pid)
+            todo += parents.get(pid, [])
+    return out
+
+
 def kill_worker(index: int) -> list[int]:
     """SIGKILL every process of worker ``index`` at once (raylet, replicas, engines, job drivers):
     what a machine that loses power does. Returns the pids killed."""
@@ -208,7 +229,7 @@ def kill_worker(index: int) -> list[int]:
     node = next((w for w in state.workers if w.index == index), None)
     if node is None:
         raise ClusterError(f"no worker {index}; workers: {[w.index for w in state.workers]}")
-    pids = [p for p in embedded._session_pids(node.pid) if embedded._alive(p)]
+    pids = _with_descendants(embedded._session_pids(node.pid))
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
