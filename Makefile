@@ -24,3 +24,4 @@ bench: setup
 	$(PY) benchmarks/layout_ab.py
 	$(PY) benchmarks/rollout_cache.py
 	$(PY) benchmarks/lora_parity.py
+	$(PY) benchmarks/recovery.py

@@ -51,7 +51,8 @@ class _State:
 
 #: Adapters the server lists as ``bfs:<name>``: fault presets, so clients that check
 #: ``/v1/models`` (like ``maze-eval``) can evaluate them.
-PRESETS: dict[str, str] = {"perfect": "", "noisy": "malformed=0.3", "broken": "malformed=1", "slow": "delay=0.05"}
+PRESETS: dict[str, str] = {"perfect": "", "noisy": "malformed=0.3", "broken": "malformed=1", "slow": "delay=0.05",
+                           "flaky": "fail_first=1&status=503"}
 
 
 def _options(model: str) -> dict[str, str] | None:

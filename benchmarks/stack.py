@@ -84,3 +84,14 @@ def stack_config(base_dir: Path, *, name: str = "maze-gateway-test", auth_env: s
     if adapters_per_replica:
         d["lora"]["adapters_per_replica"] = adapters_per_replica
     return ServingConfig.model_validate(d)
+
+
+def cluster_stack_config(**replicas) -> ServingConfig:
+    """The shipped ``cluster`` config (standard layout, 1..2 replicas placed one per worker node) on
+    free ports, serving the shipped models/maze-tiny; ``replicas`` overrides its replica fields."""
+    d = ServingConfig.shipped("cluster").model_dump(mode="json")
+    d["port"] = free_port()
+    d["adapters"]["endpoint_url"] = f"http://127.0.0.1:{free_port()}"
+    d["adapters"]["resolve_ttl_s"] = 1.0
+    d["replicas"].update(replicas)
+    return ServingConfig.model_validate(d)

@@ -138,6 +138,10 @@ def _print_result(r: EvalResult) -> None:
         out.print(f"pass@{s.k} = {s.pass_at_k:.1%}")
     out.print(f"mean turns when solved {s.mean_turns_solved or 0:.2f}, path efficiency {_pct(s.path_efficiency)}, "
               f"invalid actions {_pct(s.invalid_action_rate)}")
+    if r.retries.retries:
+        rr = r.retries
+        out.print(f"endpoint failures retried: {rr.retries} retries of {rr.retried_requests} requests in {rr.episodes} "
+                  f"episodes, longest recovery {rr.recovery_s:.1f}s, {rr.errored} episodes lost")
     if r.status != "complete":
         out.print(f"[yellow]{s.errors} episodes errored; continue with: maze-eval --resume {r.run_id}[/yellow]")
     out.print(f"next: maze-eval report {r.run_id}  |  maze-eval leaderboard  |  maze-eval compare {r.run_id} OTHER_RUN",

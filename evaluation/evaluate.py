@@ -24,7 +24,7 @@ from agent.runner import EpisodeSpec, run_endpoint_async
 from evaluation.config import EvalConfig
 from evaluation.manifest import RunManifest
 from evaluation.store import Store
-from evaluation.summary import RunSummary, summarize
+from evaluation.summary import RetryReport, RunSummary, summarize
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,8 @@ class EvalResult(BaseModel):
     manifest: RunManifest = Field(description="what was evaluated")
     summary: RunSummary = Field(description="scores")
     ran: int = Field(description="episodes played by this call (resume plays only the missing ones)")
+    retries: RetryReport = Field(default_factory=RetryReport,
+                                 description="endpoint failures retried by this call's episodes")
 
 
 def new_run_id(name: str | None) -> str:
@@ -201,8 +203,11 @@ async def evaluate_async(
         total, finished = manifest.expected_episodes, len(done)
         log.info("run %s: %d of %d episodes to play on %s", manifest.run_id, len(todo), total, manifest.served_model)
 
+        retries = RetryReport()
+
         async def record(rec: EpisodeRecord) -> None:
             nonlocal finished
+            retries.add(rec.turns, rec.stop_reason.value == "error")
             await asyncio.to_thread(store.add_episode, manifest.run_id, rec)
             finished += rec.stop_reason.value != "error"
             if on_episode is not None:
@@ -216,7 +221,8 @@ async def evaluate_async(
         summary = summarize(rows, manifest.samples)
         status = "complete" if summary.errors == 0 and summary.n == total else "incomplete"
         await asyncio.to_thread(store.set_status, manifest.run_id, status)
-        return EvalResult(run_id=manifest.run_id, status=status, manifest=manifest, summary=summary, ran=len(todo))
+        return EvalResult(run_id=manifest.run_id, status=status, manifest=manifest, summary=summary, ran=len(todo),
+                          retries=retries)
     finally:
         store.close()
 

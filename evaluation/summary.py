@@ -27,6 +27,28 @@ class RunSummary(BaseModel):
     stop_reasons: dict[str, int] = Field(default_factory=dict, description="count per stop reason")
 
 
+class RetryReport(BaseModel):
+    """Endpoint failures the runner retried while playing (a replica lost mid-request, a 5xx, a reset
+    connection): what the run absorbed without losing an episode."""
+
+    retried_requests: int = Field(0, description="turns whose request failed at least once and was retried")
+    retries: int = Field(0, description="retries in all (failed attempts that were followed by another)")
+    episodes: int = Field(0, description="episodes with at least one retried request")
+    errored: int = Field(0, description="episodes that ended on an endpoint error despite the retries")
+    recovery_s: float | None = Field(
+        None, description="longest wait of a retried request, first attempt to reply: the time to recover it saw")
+
+    def add(self, turns: list[Any], errored: bool) -> None:
+        """Count one finished episode's turns (``TurnRecord``s)."""
+        retried = [t for t in turns if t.retries]
+        self.retried_requests += len(retried)
+        self.retries += sum(t.retries for t in retried)
+        self.episodes += bool(retried)
+        self.errored += errored
+        if retried:
+            self.recovery_s = max(self.recovery_s or 0.0, *(t.latency_s for t in retried))
+
+
 def summarize(rows: list[dict[str, Any]], samples: int = 1) -> RunSummary:
     """Summarise flat episode rows (as :meth:`Store.episode_rows` returns them)."""
     scored = [r for r in rows if r["stop_reason"] != "error"]

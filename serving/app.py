@@ -36,13 +36,18 @@ def _fixed_size(cfg: ServingConfig) -> bool:
 
 def _deployment_config(cfg: ServingConfig) -> dict[str, Any]:
     r = cfg.replicas
+    # The replica actor's custom resources land in the first bundle of its placement group
+    # (Ray Serve LLM merges them), which is what pins a replica to a node that offers them.
+    placement = {"ray_actor_options": {"resources": dict(r.resources)}} if r.resources else {}
     if _fixed_size(cfg):
         # A fixed replica count, not autoscaling with min == max: autoscaling makes every handle
         # push queue metrics to the Serve controller, which on a 2-core node cost ~0.7 CPU under load.
-        return {"num_replicas": r.min_replicas, "max_ongoing_requests": r.max_ongoing_requests}
+        return {"num_replicas": r.min_replicas, "max_ongoing_requests": r.max_ongoing_requests, **placement}
     autoscaling = {"min_replicas": r.min_replicas, "max_replicas": r.max_replicas,
                    "target_ongoing_requests": r.target_ongoing_requests}
-    return {"autoscaling_config": autoscaling, "max_ongoing_requests": r.max_ongoing_requests}
+    if r.initial_replicas is not None:
+        autoscaling["initial_replicas"] = r.initial_replicas
+    return {"autoscaling_config": autoscaling, "max_ongoing_requests": r.max_ongoing_requests, **placement}
 
 
 def llm_config_dicts(cfg: ServingConfig) -> list[dict[str, Any]]:
@@ -95,7 +100,9 @@ def serving_args(cfg: ServingConfig) -> dict[str, Any]:
         # num_cpus 0: the ingress is async I/O only, and on a small node the LLM server's
         # placement group takes every CPU (the app would never be scheduled otherwise).
         "ingress_deployment_config": {
-            "ray_actor_options": {"num_cpus": 0, "runtime_env": {"env_vars": s3_env(cfg)}},
+            "ray_actor_options": {"num_cpus": 0, "runtime_env": {"env_vars": s3_env(cfg)},
+                                  **({"resources": dict(cfg.replicas.ingress_resources)}
+                                     if cfg.replicas.ingress_resources else {})},
             **({"num_replicas": 1} if _fixed_size(cfg) else {}),
         },
     }

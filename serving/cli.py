@@ -1,4 +1,4 @@
-"""``maze-serve``: run the gateway (up/down/status), render its manifest, manage adapters.
+"""``maze-serve``: run the gateway (up/down/status, or a local multi-node cluster), render its manifest, manage adapters.
 
 Exit codes: 0 ok; 1 the embedded stack could not start or stop (port taken, model missing, not
 ready), `status` not ready, or an unexpected error; 2 bad input (invalid adapter, bad name or
@@ -48,9 +48,10 @@ def _exit_code(exc: ServingError) -> int:
 
 def _error_of(exc: BaseException) -> tuple[int, str] | None:
     """maze-serve's expected failures (see the module docstring for the codes)."""
+    from serving.cluster import ClusterError
     from serving.embedded import EmbeddedError
 
-    if isinstance(exc, EmbeddedError):
+    if isinstance(exc, (EmbeddedError, ClusterError)):  # a stack that cannot start or stop: exit 1
         return 1, str(exc)
     if isinstance(exc, ServingError):
         return _exit_code(exc), str(exc)
@@ -283,6 +284,75 @@ def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
         return
     for m in moves:
         click.echo(f"{m.version}\t{m.at}\t{m.action}" + (f"\t{m.weight:g}%" if m.weight is not None else ""))
+
+
+
+@main.group()
+def cluster() -> None:
+    """A local multi-node Ray cluster on 127.0.0.1 (head + workers, shared folder, local S3) running
+    the production layout (default config: cluster). Its state lives in $MAZE_HOME/cluster."""
+
+
+@cluster.command("up")
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 8), help="worker nodes")
+@click.option("--no-app", is_flag=True, help="nodes, S3 and the shared folder only (e.g. for training jobs)")
+@click.option("--timeout", default=900.0, show_default=True, help="seconds to wait for readiness")
+@click.pass_context
+def cluster_up(ctx: click.Context, workers: int, no_app: bool, timeout: float) -> None:
+    """Start the head, WORKERS worker nodes and the gateway; prints the base_url (or the Ray address)."""
+    from serving import cluster as local_cluster
+
+    if ctx.obj["config"] is None:
+        ctx.obj["config"] = "cluster"
+    cfg = _config(ctx)
+    state = local_cluster.up(cfg, workers=workers, app=not no_app, ready_timeout=timeout,
+                             progress=lambda msg: click.echo(f"... {msg}", err=True))
+    click.echo(f"ray {state.ray_address}\tjobs {state.dashboard_url}\tshared {state.shared_dir}", err=True)
+    click.echo(state.base_url or state.dashboard_url)
+
+
+@cluster.command("down")
+def cluster_down() -> None:
+    """Stop every node of the local cluster, then S3."""
+    from serving import cluster as local_cluster
+
+    click.echo("stopped" if local_cluster.down() else "not running")
+
+
+@cluster.command("status")
+@click.option("--json", "as_json", is_flag=True)
+def cluster_status(as_json: bool) -> None:
+    """Nodes alive, workers, readiness (exit 1 when not running or the gateway is not ready)."""
+    from serving import cluster as local_cluster
+
+    info = local_cluster.status()
+    if as_json:
+        click.echo(json.dumps(info, indent=2, default=str))
+    elif not info["running"]:
+        click.echo("not running")
+    else:
+        alive = ", ".join(f"worker {i} {'up' if ok else 'DOWN'}" for i, ok in info["workers_alive"].items())
+        click.echo(f"{info['alive_nodes']} nodes alive ({alive})\tready {info['ready']}\t{info['base_url'] or ''}")
+    sys.exit(0 if info["running"] and info.get("ready") is not False else 1)
+
+
+@cluster.command("kill")
+@click.argument("worker", type=int)
+def cluster_kill(worker: int) -> None:
+    """SIGKILL every process of worker node WORKER (a lost machine)."""
+    from serving import cluster as local_cluster
+
+    click.echo(f"killed {len(local_cluster.kill_worker(worker))} processes of worker {worker}")
+
+
+@cluster.command("restart")
+@click.argument("worker", type=int)
+def cluster_restart(worker: int) -> None:
+    """Start worker node WORKER again (a replacement machine with the same resources)."""
+    from serving import cluster as local_cluster
+
+    node = local_cluster.restart_worker(worker)
+    click.echo(f"worker {worker} started (pid {node.pid})")
 
 
 if __name__ == "__main__":

@@ -139,11 +139,23 @@ class ReplicaSpec(_Model):
     max_replicas: int = Field(1, ge=1, description="autoscaling ceiling")
     target_ongoing_requests: int = Field(16, ge=1, description="autoscaling target per replica")
     max_ongoing_requests: int = Field(64, ge=1, description="admission limit per replica")
+    initial_replicas: int | None = Field(
+        None, ge=0, description="replicas started on deploy when autoscaling (None: min_replicas)")
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description=(
+            "custom Ray resources each LLM replica takes, e.g. {maze_replica: 1}: with nodes that offer one "
+            "unit each, no node holds two replicas (placement is explicit, not left to the scheduler)"))
+    ingress_resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="custom Ray resources the ingress replica takes, e.g. {maze_head: 0.01} to keep it on the head")
 
     @model_validator(mode="after")
     def _order(self) -> ReplicaSpec:
         if self.max_replicas < self.min_replicas:
             raise ValueError("max_replicas must be >= min_replicas")
+        if self.initial_replicas is not None and not self.min_replicas <= self.initial_replicas <= self.max_replicas:
+            raise ValueError("initial_replicas must lie between min_replicas and max_replicas")
         return self
 
 

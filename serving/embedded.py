@@ -149,9 +149,10 @@ def _check_models(cfg: ServingConfig) -> None:
 
 
 # -- S3 -------------------------------------------------------------------------------------------
-def start_s3(cfg: ServingConfig, adapters: dict[str, Path] | None = None) -> int:
+def start_s3(cfg: ServingConfig, adapters: dict[str, Path] | None = None, log_dir: Path | None = None) -> int:
     """Start moto_server on the config's endpoint port, create the bucket, push ``adapters``
-    (default: :func:`shipped_adapters`). Returns its pid. Also used to bring S3 back in outage drills."""
+    (default: :func:`shipped_adapters`). Returns its pid. Also used to bring S3 back in outage drills.
+    ``log_dir``: where moto.log goes (default: this stack's logs folder)."""
     from serving.adapters import AdapterStore
 
     port = urlparse(cfg.adapters.endpoint_url or "").port
@@ -161,14 +162,15 @@ def start_s3(cfg: ServingConfig, adapters: dict[str, Path] | None = None) -> int
         raise EmbeddedError(f"S3 port {port} on {HOST} is taken (another `maze-serve up`?); `maze-serve down` first")
     exe = Path(sys.executable).with_name("moto_server")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "moto.server"]
-    state_dir().joinpath("logs").mkdir(parents=True, exist_ok=True)
-    with open(state_dir() / "logs" / "moto.log", "ab") as out:
+    log_dir = log_dir or state_dir() / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "moto.log", "ab") as out:
         proc = subprocess.Popen([*cmd, "-H", HOST, "-p", str(port)], stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 60
     while _get(f"http://{HOST}:{port}/") == 0:
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise EmbeddedError(f"moto_server did not start; see {state_dir() / 'logs' / 'moto.log'}")
+            raise EmbeddedError(f"moto_server did not start; see {log_dir / 'moto.log'}")
         time.sleep(0.2)
     export_s3_env(cfg)
     store = AdapterStore(cfg.adapters)
@@ -177,7 +179,7 @@ def start_s3(cfg: ServingConfig, adapters: dict[str, Path] | None = None) -> int
     for name, folder in (shipped_adapters() if adapters is None else adapters).items():
         ref = store.push(folder, name, base=base.id, base_source=base.source, max_rank=cfg.lora.max_rank, force=True)
         log.info("seeded adapter %s:%s version %s", base.id, name, ref.version)
-    state = read_state()
+    state = read_state() if log_dir == state_dir() / "logs" else None
     if state is not None:  # a restart during an outage drill: remember the new pid
         _state_file().write_text(state.model_copy(update={"moto_pid": proc.pid}).model_dump_json(indent=2))
     return proc.pid

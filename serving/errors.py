@@ -78,6 +78,13 @@ class AdapterLoadFailed(ServingError):
     status_code, error_type, code = 422, "invalid_request_error", "adapter_load_failed"
 
 
+class ReplicaUnavailable(ServingError):
+    """The engine replica serving the request was lost (its node died, its actor crashed): the
+    request may be retried and will reach a replica that lives (a client's retry policy should)."""
+
+    status_code, error_type, code = 503, "service_unavailable", "replica_unavailable"
+
+
 class AdapterStoreUnavailable(ServingError):
     status_code, error_type, code = 503, "service_unavailable", "adapter_store_unavailable"
 

@@ -48,12 +48,14 @@ from serving.errors import (
     AdapterNotFound,
     MissingParameter,
     ModelNotFound,
+    ReplicaUnavailable,
     RequestTooLarge,
     ServingError,
     Unauthorized,
 )
 from serving.limits import check_request
 from serving.metrics import metric, route_of
+from serving.replica_status import degraded, replica_status
 from serving.resolver import AdapterResolver
 from serving.s3 import export_s3_env
 
@@ -72,6 +74,13 @@ def _unwrap(exc: BaseException) -> BaseException:
     # Ray re-raises a replica's exception as RayTaskError(<cause class>): report the cause itself.
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, BaseException) else exc
+
+
+def _replica_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the replica (its actor, worker or node) is gone, not that the request failed."""
+    from ray.exceptions import NodeDiedError, RayActorError, WorkerCrashedError
+
+    return isinstance(exc, (RayActorError, WorkerCrashedError, NodeDiedError))
 
 
 async def openai_error_handler(request: Request, exc: Exception) -> JSONResponse:
@@ -301,6 +310,10 @@ class GatewayIngress(OpenAiIngress):
             cause = _unwrap(exc)
             if isinstance(cause, ServingError):
                 raise cause from None
+            if _replica_lost(cause):  # not the adapter's fault: another replica can answer a retry
+                log.warning("replica lost while serving %s: %s", requested, cause)
+                raise ReplicaUnavailable(f"the replica serving {requested!r} was lost ({type(cause).__name__}); "
+                                         "retry the request") from None
             if ":" not in (requested or ""):
                 raise
             log.warning("adapter %s (%s) failed: %s", requested, body.model, cause)
@@ -352,7 +365,9 @@ class GatewayIngress(OpenAiIngress):
         return {"status": "ok"}
 
     async def ready(self):
-        """200 when every base model's LLM deployment answers its health check, else 503."""
+        """200 when every base model's LLM deployment answers its health check, else 503; with
+        several replicas also each deployment's running replicas, target and nodes, and status
+        ``degraded`` while fewer run than the target (a lost node, until its replica is back)."""
         async def probe(base: str) -> str:
             try:
                 await asyncio.wait_for(self._default_serve_handles[base].check_health.remote(), READY_TIMEOUT_S)
@@ -363,4 +378,11 @@ class GatewayIngress(OpenAiIngress):
         bases = list(self._default_serve_handles)
         results = dict(zip(bases, await asyncio.gather(*(probe(b) for b in bases))))
         ok = all(v == "ok" for v in results.values())
-        return JSONResponse({"status": "ready" if ok else "not_ready", "models": results}, status_code=200 if ok else 503)
+        body: dict[str, Any] = {"status": "ready" if ok else "not_ready", "models": results}
+        if self.cfg.replicas.max_replicas > 1:  # one replica: the health check already says it all
+            replicas = await asyncio.to_thread(replica_status, self.cfg.name)
+            if replicas is not None:
+                body["replicas"] = replicas
+                if ok and degraded(replicas):
+                    body["status"] = "degraded"  # serving, below the target replica count
+        return JSONResponse(body, status_code=200 if ok else 503)

@@ -6,6 +6,8 @@ equals what the shipped production config renders, so the YAML is never edited b
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import yaml
@@ -42,6 +44,15 @@ def _container(cfg: ServingConfig, name: str, resources: dict[str, Any]) -> dict
     return container
 
 
+def _custom_resources(wanted: dict[str, float]) -> dict[str, str]:
+    """rayStartParams offering the custom resources a replica asks for: one unit per resource per
+    pod (a replica takes a whole unit, so a pod holds one). KubeRay passes the value to
+    ``ray start --resources`` and wants it as a quoted JSON string."""
+    if not wanted:
+        return {}
+    return {"resources": json.dumps(json.dumps({name: max(1, math.ceil(v)) for name, v in sorted(wanted.items())}))}
+
+
 def render_rayservice(cfg: ServingConfig) -> dict[str, Any]:
     """The RayService object (ray.io/v1) for ``cfg``.
 
@@ -70,9 +81,10 @@ def render_rayservice(cfg: ServingConfig) -> dict[str, Any]:
         "replicas": replicas.min_replicas * len(cfg.base_models),
         "minReplicas": replicas.min_replicas * len(cfg.base_models),
         "maxReplicas": replicas.max_replicas * len(cfg.base_models),
-        "rayStartParams": {},
+        "rayStartParams": _custom_resources(replicas.resources),
         "template": {"spec": {"containers": [_container(cfg, "ray-worker", worker_resources)]}},
     }
+    head_params = {"dashboard-host": "0.0.0.0", "num-cpus": "0", **_custom_resources(replicas.ingress_resources)}
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
@@ -83,7 +95,7 @@ def render_rayservice(cfg: ServingConfig) -> dict[str, Any]:
                 "rayVersion": RAY_VERSION,
                 "enableInTreeAutoscaling": replicas.max_replicas > replicas.min_replicas,
                 # The head schedules no replicas (num-cpus 0): engines land on the workers.
-                "headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
+                "headGroupSpec": {"rayStartParams": head_params,
                                   "template": {"spec": {"containers": [head]}}},
                 "workerGroupSpecs": [workers],
             },

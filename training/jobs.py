@@ -57,14 +57,18 @@ class JobClient:
             raise ClusterUnavailable(f"cannot reach a Ray cluster at {address}: {exc}") from exc
 
     def submit(self, entrypoint: str, *, submission_id: str, env_vars: dict[str, str] | None = None,
-               metadata: dict[str, str] | None = None, working_dir: str | Path = REPO_ROOT) -> str:
-        """Submit ``entrypoint`` with this repo as the working_dir; returns the submission id."""
+               metadata: dict[str, str] | None = None, working_dir: str | Path = REPO_ROOT,
+               resources: dict[str, float] | None = None) -> str:
+        """Submit ``entrypoint`` with this repo as the working_dir; returns the submission id.
+
+        ``resources``: custom Ray resources the entrypoint needs (e.g. ``{"maze_worker_1": 1}``), which
+        places the job's driver, and so the local trainer, on a node that offers them."""
         runtime_env: dict[str, Any] = {"working_dir": str(working_dir), "excludes": WORKING_DIR_EXCLUDES}
         if env_vars:
             runtime_env["env_vars"] = env_vars
         try:
             return self._client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, submission_id=submission_id,
-                                           metadata=metadata or {})
+                                           metadata=metadata or {}, entrypoint_resources=resources or None)
         except RuntimeError as exc:
             raise JobError(f"submission refused: {exc}") from exc
 

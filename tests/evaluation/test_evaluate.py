@@ -108,3 +108,13 @@ def test_unknown_models_and_unreachable_endpoints_are_clear_errors(scripted, tmp
     with pytest.raises(EndpointUnavailable, match="cannot reach"):
         evaluate(cfg("http://127.0.0.1:9/v1", db))
     assert Store(db).list_runs() == []  # nothing half-created
+
+
+def test_retried_requests_are_reported(scripted, db_url):
+    # "flaky": every distinct request fails once with 503 (what a lost replica answers), then succeeds.
+    result = evaluate(cfg(scripted.url, db_url, adapter="flaky", seeds="0-7"))
+    assert result.status == "complete" and result.summary.solved == 8
+    turns = sum(r["turns"] for r in Store(db_url).episode_rows(result.run_id))
+    rr = result.retries
+    assert rr.retries == rr.retried_requests == turns and rr.episodes == 8 and rr.errored == 0
+    assert rr.recovery_s is not None and rr.recovery_s > 0

@@ -68,3 +68,11 @@ def test_cluster_requires_a_token(tmp_path):
         ok = maze_train("status", "--address", address, "some-job",
                         env={"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "t" * 32, "HOME": str(tmp_path)})
         assert_one_line(ok, 2, "no job 'some-job'")  # with the token it reaches the cluster
+
+
+def test_malformed_resource():
+    # checked before any cluster is contacted
+    done = maze_train("submit", "--address", f"http://127.0.0.1:{closed_port()}", "--trainer", "local",
+                      "--resource", "maze_worker_1")
+    assert_one_line(done, 2, "NAME=AMOUNT")
+    assert_one_line(maze_train("submit", "--address", "http://127.0.0.1:9", "--resource", "w=-1"), 2, "AMOUNT > 0")

@@ -11,6 +11,7 @@ import click
 from agent.cli_boundary import json_option
 from training.cli.common import ADDRESS, DB, SPEC_ARG, job_client, load_spec, quiet_ray_client
 from training.cli.curves import record_points
+from training.errors import InvalidSpec
 from training.jobs import follow_metrics, new_submission_id
 from training.local_job import local_entrypoint
 from training.overrides import render_entrypoint
@@ -20,9 +21,13 @@ from training.overrides import render_entrypoint
 @ADDRESS
 @click.option("--trainer", type=click.Choice(["skyrl", "local"]), default="skyrl", show_default=True)
 @click.option("--submission-id", help="job id (default: generated); resubmitting a spec resumes its checkpoints")
+@click.option("--resource", "resources", multiple=True, metavar="NAME=AMOUNT",
+              help="custom Ray resource the job's driver needs (repeatable), e.g. maze_worker_1=1 to run it on that node")
 @SPEC_ARG
-def submit(address: str, trainer: str, submission_id: str | None, spec_path: str | None) -> None:
+def submit(address: str, trainer: str, submission_id: str | None, resources: tuple[str, ...],
+           spec_path: str | None) -> None:
     """Submit SPEC (default: the reference) as a Ray job; prints the submission id."""
+    needs = _resources(resources)
     spec = load_spec(spec_path)
     entrypoint = render_entrypoint(spec) if trainer == "skyrl" else local_entrypoint(spec)
     sid = submission_id or new_submission_id(trainer)
@@ -30,7 +35,22 @@ def submit(address: str, trainer: str, submission_id: str | None, spec_path: str
             "export_path": spec.output.export_path, "run_name": spec.name}
     client = job_client(address)
     with quiet_ray_client():
-        click.echo(client.submit(entrypoint, submission_id=sid, env_vars=dict(spec.env_vars), metadata=meta))
+        click.echo(client.submit(entrypoint, submission_id=sid, env_vars=dict(spec.env_vars), metadata=meta,
+                                 resources=needs))
+
+
+def _resources(pairs: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for pair in pairs:
+        name, sep, amount = pair.partition("=")
+        try:
+            value = float(amount)
+        except ValueError:
+            value = -1.0
+        if not sep or not name or value <= 0:
+            raise InvalidSpec(f"--resource {pair!r}: expected NAME=AMOUNT with AMOUNT > 0")
+        out[name] = value
+    return out
 
 
 @click.command()

@@ -1,0 +1,177 @@
+"""The production layout on a real multi-node Ray cluster (head + 2 worker nodes on 127.0.0.1):
+two LLM replicas, one per worker node, serving base and adapter requests; an evaluation that
+loses a worker node (SIGKILL) mid-run and still completes; readiness through the loss and return.
+
+One cluster for the module (~2-3 min to start on 2 cores); the eval runs 64 mazes at concurrency 16.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from evaluation import EvalConfig, Store, evaluate
+from tests.cluster.conftest import start_cluster
+from tests.serving.stack import image_messages
+
+ROOT = Path(__file__).resolve().parents[2]
+LLM = "GatewayLLMServer:maze-tiny"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster_app(maze_home):
+    from serving import cluster
+
+    cfg, state = start_cluster(app=True)
+    try:
+        yield cfg, state
+    finally:
+        cluster.down()
+
+
+def scrape(state) -> list:
+    """Every sample of every node's metrics endpoint."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from serving.cluster import metrics_urls
+
+    samples = []
+    for url in metrics_urls(state):
+        try:
+            text = httpx.get(url, timeout=10).text
+        except httpx.HTTPError:
+            continue  # a node that is down exports nothing
+        samples += [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+    return samples
+
+
+def per_replica(samples, name: str, **labels) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for s in samples:
+        if s.name == name and s.labels.get("replica") and all(s.labels.get(k) == v for k, v in labels.items()):
+            out[s.labels["replica"]] += s.value
+    return dict(out)
+
+
+def ready(state) -> tuple[int, dict]:
+    try:
+        r = httpx.get(state.base_url.removesuffix("/v1") + "/ready", timeout=30)
+        return r.status_code, r.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        return 0, {"error": str(exc)}
+
+
+def test_two_replicas_one_per_worker_node(cluster_app):
+    _, state = cluster_app
+    code, body = ready(state)
+    assert code == 200 and body["status"] == "ready", body
+    replicas = body["replicas"][LLM]
+    assert replicas["running"] == replicas["target"] == 2
+    assert len(replicas["nodes"]) == 2  # the custom resource placed one replica on each worker node
+
+
+def test_base_and_adapter_requests_use_both_replicas(cluster_app):
+    _, state = cluster_app
+    client = openai.OpenAI(base_url=state.base_url, api_key="EMPTY", max_retries=0, timeout=300)
+    models = ["maze-tiny", "maze-tiny:maze-grpo"] * 12
+
+    def ask(model: str) -> str:
+        resp = client.chat.completions.create(model=model, messages=image_messages(), max_tokens=4, temperature=0)
+        return resp.model
+
+    with cf.ThreadPoolExecutor(24) as pool:
+        served = list(pool.map(ask, models))
+    assert served.count("maze-tiny") == 12
+    assert sum(m.startswith("maze-tiny:maze-grpo@") for m in served) == 12
+
+    # Ray's metrics agents export every few seconds: wait until the counts of both replicas show.
+    deadline = time.monotonic() + 90
+    while True:
+        samples = scrape(state)
+        requests = per_replica(samples, "ray_serve_deployment_request_counter_total", deployment=LLM)
+        # Serve's gauge names the replica holding the adapter; the gateway's load counter (recorded in
+        # the replica's process) carries that process's WorkerId: the two must be the same processes.
+        held = {s.labels["WorkerId"]: s.labels["replica"] for s in samples
+                if s.name == "ray_serve_registered_multiplexed_model_id" and s.value == 1
+                and s.labels.get("model_id", "").startswith("maze-tiny:maze-grpo@")}
+        loaded = {s.labels["WorkerId"] for s in samples if s.name == "ray_maze_gateway_adapter_loads_total"
+                  and s.labels.get("adapter") == "maze-grpo" and s.labels.get("result") == "ok" and s.value >= 1}
+        if (len(requests) == 2 and all(v > 0 for v in requests.values()) and held and loaded >= set(held)) \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    print(f"\nrequests per replica {requests}; adapter held by {sorted(held.values())}")
+    assert len(requests) == 2 and all(v > 0 for v in requests.values()), requests
+    assert sum(requests.values()) >= 24
+    # The adapter was loaded (downloaded and registered) exactly where requests for it were routed.
+    assert held and set(held.values()) <= set(requests) and loaded == set(held), (held, loaded, requests)
+
+
+def gateway_outcomes(model: str) -> dict[int, bool]:
+    """The single-node gateway's greedy outcomes per seed (models/scores_gateway.json)."""
+    (row,) = [r for r in json.loads((ROOT / "models" / "scores_gateway.json").read_text()) if r["model"] == model]
+    return {int(k): bool(v) for k, v in row["outcomes"].items()}
+
+
+def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
+    from serving import cluster
+
+    _, state = cluster_app
+    db = str(tmp_path / "eval.sqlite")
+    done = threading.Event()
+    finished = []
+
+    def on_episode(rec, n, total):
+        finished.append(rec.seed)
+        if n >= 12:
+            done.set()
+
+    pool = cf.ThreadPoolExecutor(1)
+    future = pool.submit(evaluate, EvalConfig(endpoint=state.base_url, adapter="maze-grpo", concurrency=16, db=db),
+                         on_episode=on_episode)
+    future.add_done_callback(lambda _: done.set())
+    assert done.wait(600)
+    assert not future.done(), future.result()  # still running when the node goes
+    killed_at, episodes_before = time.monotonic(), len(finished)
+    assert cluster.kill_worker(2)
+    # Readiness shows the loss (still 200: the other replica serves) ...
+    lost_s = None
+    while time.monotonic() < killed_at + 120:
+        code, body = ready(state)
+        if code == 200 and body["status"] == "degraded" and body["replicas"][LLM]["running"] == 1:
+            lost_s = time.monotonic() - killed_at
+            break
+        time.sleep(1)
+    assert lost_s is not None, body
+    # ... and the return of the node and its replica.
+    cluster.restart_worker(2)
+    back_s = None
+    while time.monotonic() < killed_at + 420:
+        code, body = ready(state)
+        if code == 200 and body["status"] == "ready" and body["replicas"][LLM]["running"] == 2:
+            back_s = time.monotonic() - killed_at
+            break
+        time.sleep(2)
+    result = future.result(timeout=900)
+    pool.shutdown()
+    rr = result.retries
+    print(f"\nkill after {episodes_before} episodes; readiness degraded after {lost_s:.1f}s, back to 2 replicas after "
+          f"{back_s}s; retries {rr.model_dump()}; solved {result.summary.solved}/64")
+    assert back_s is not None, body
+    assert result.status == "complete" and result.summary.n == 64 and result.summary.errors == 0
+    rows = Store(db).episode_rows(result.run_id)
+    assert sorted(r["seed"] for r in rows) == list(range(64))  # exactly 64, none duplicated
+    assert rr.retried_requests >= 1 and rr.errored == 0 and rr.recovery_s is not None
+    outcomes = {r["seed"]: bool(r["success"]) for r in rows}
+    reference = gateway_outcomes("maze-grpo")
+    differ = sorted(s for s in reference if outcomes[s] != reference[s])
+    assert not differ, f"seeds whose outcome differs from the single-node run: {differ}"
