@@ -117,6 +117,23 @@ def test_base_and_adapter_requests_use_both_replicas(cluster_app):
     assert held and set(held.values()) <= set(requests) and loaded == set(held), (held, loaded, requests)
 
 
+def adapter_worker(state) -> int:
+    """The worker node whose LLM replica holds maze-grpo (Serve's multiplexed-model gauge)."""
+    from serving.cluster import worker_of
+
+    placement = ready(state)[1]["replicas"][LLM]["placement"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        holders = {s.labels["replica"] for s in scrape(state) if s.name == "ray_serve_registered_multiplexed_model_id"
+                   and s.value == 1 and s.labels.get("model_id", "").startswith("maze-tiny:maze-grpo@")}
+        for replica in sorted(holders & set(placement)):
+            worker = worker_of(state.dashboard_url, placement[replica])
+            if worker is not None:
+                return worker
+        time.sleep(2)
+    raise AssertionError(f"no replica reports holding maze-grpo; placement {placement}")
+
+
 def gateway_outcomes(model: str) -> dict[int, bool]:
     """The single-node gateway's greedy outcomes per seed (models/scores_gateway.json)."""
     (row,) = [r for r in json.loads((ROOT / "models" / "scores_gateway.json").read_text()) if r["model"] == model]
@@ -142,8 +159,11 @@ def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
     future.add_done_callback(lambda _: done.set())
     assert done.wait(600)
     assert not future.done(), future.result()  # still running when the node goes
+    # Kill the node whose replica holds the adapter: multiplexed routing sends the run's requests
+    # there, so the loss hits requests in flight (killing the other node may touch none).
+    worker = adapter_worker(state)
     killed_at, episodes_before = time.monotonic(), len(finished)
-    assert cluster.kill_worker(2)
+    assert cluster.kill_worker(worker)
     # Readiness shows the loss (still 200: the other replica serves) ...
     lost_s = None
     while time.monotonic() < killed_at + 120:
@@ -154,7 +174,7 @@ def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
         time.sleep(1)
     assert lost_s is not None, body
     # ... and the return of the node and its replica.
-    cluster.restart_worker(2)
+    cluster.restart_worker(worker)
     back_s = None
     while time.monotonic() < killed_at + 420:
         code, body = ready(state)
@@ -165,7 +185,7 @@ def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
     result = future.result(timeout=900)
     pool.shutdown()
     rr = result.retries
-    print(f"\nkill after {episodes_before} episodes; readiness degraded after {lost_s:.1f}s, back to 2 replicas after "
+    print(f"\nkilled worker {worker} (holding the adapter) after {episodes_before} episodes; readiness degraded after {lost_s:.1f}s, back to 2 replicas after "
           f"{back_s}s; retries {rr.model_dump()}; solved {result.summary.solved}/64")
     assert back_s is not None, body
     assert result.status == "complete" and result.summary.n == 64 and result.summary.errors == 0
