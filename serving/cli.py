@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from agent.cli_boundary import boundary_group, json_option
 from serving.adapters import AdapterStore
+from serving.cli_placement import register as register_placement
 from serving.config import ServingConfig, load_config
 from serving.errors import (
     AdapterExists,
@@ -171,6 +172,9 @@ def logs(name: str | None, lines: int) -> None:
 @main.group()
 def adapters() -> None:
     """List, push, promote, roll back, canary and remove LoRA adapters in the config's S3 prefix."""
+
+
+register_placement(adapters, lambda ctx: _config(ctx), lambda cfg: _store(cfg))
 
 
 @adapters.command("list")
