@@ -174,7 +174,7 @@ def adapters() -> None:
     """List, push, promote, roll back, canary and remove LoRA adapters in the config's S3 prefix."""
 
 
-register_placement(adapters, lambda ctx: _config(ctx), lambda cfg: _store(cfg))
+register_placement(adapters, lambda ctx: _config(ctx), lambda cfg: _store(cfg), json_option)
 
 
 @adapters.command("list")

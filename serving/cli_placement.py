@@ -6,12 +6,10 @@ import json
 
 import click
 
-from agent.cli_boundary import json_option
 
-
-def register(adapters: click.Group, config_of, store_of) -> None:
+def register(adapters: click.Group, config_of, store_of, json_option) -> None:
     """Add the placement commands to the ``adapters`` group (``config_of(ctx)``, ``store_of(cfg)``
-    as the group's other commands use them)."""
+    and the ``--json`` option as the group's other commands use them)."""
     from serving.placement import PIN_REFRESH_S, PlacementStore, where_rows
 
     @adapters.command("pin")
