@@ -179,6 +179,7 @@ class Simulation:
         n = len(self.requests.arrival_s)
         self.done_s = np.full(n, np.nan)
         self.cold = np.zeros(n, bool)  # waited for a load
+        self.loader = np.zeros(n, bool)  # started a load
         self.placed = np.full(n, -1, np.int64)
         self.tries = np.zeros(n, np.int64)
         self.measured_loads = 0
@@ -341,25 +342,33 @@ class Simulation:
 
     def _start_load(self, r: int, adapter: int, i: int) -> None:
         rep = self.reps[r]
-        if len(rep.resident) >= self.cluster.max_loras:
-            victim = next((a for a in rep.resident if a not in rep.loading and a not in rep.pinned), None)
-            if victim is not None:  # all pinned or loading: the replica runs over its slots for a while
-                del rep.resident[victim]
-                rep.evictions += 1
-                self.push(self.now + self.cluster.view_delay_s, VIEW_DEL, victim, r)
+        self._trim(r, self.cluster.max_loras - 1)
         rep.resident[adapter] = None
         rep.loading[adapter] = [i]
         rep.loads += 1
-        self.cold[i] = True
+        self.cold[i] = self.loader[i] = True
         if i >= self.requests.measured_from:
             self.measured_loads += 1
         self.push(self.now + self.costs.cold_load_s, LOADED, r, adapter)
         self.push(self.now + self.cluster.view_delay_s, VIEW_ADD, adapter, r)
 
+    def _trim(self, r: int, keep: int) -> None:
+        """Evict least recently used adapters, neither loading nor pinned, down to ``keep``; while all
+        are loading or pinned the replica holds more than its slots (until the next load lands)."""
+        rep = self.reps[r]
+        while len(rep.resident) > keep:
+            victim = next((a for a in rep.resident if a not in rep.loading and a not in rep.pinned), None)
+            if victim is None:
+                return
+            del rep.resident[victim]
+            rep.evictions += 1
+            self.push(self.now + self.cluster.view_delay_s, VIEW_DEL, victim, r)
+
     def _loaded(self, r: int, adapter: int) -> None:
         rep = self.reps[r]
         self._advance(rep)
         waiting = rep.loading.pop(adapter)
+        self._trim(r, self.cluster.max_loras)
         if self.costs.load_stall_s > 0:
             rep.pause_until = max(rep.pause_until, self.now) + self.costs.load_stall_s
         for i in waiting:
