@@ -52,11 +52,11 @@ SHORT, LONG = 2, 18  # completion tokens of the two decode probes
 MIX = 4  # adapters in the mixed batch
 
 
-def maze_turns(seeds: range) -> list[list[dict]]:
+async def maze_turns(seeds: range) -> list[list[dict]]:
     """The messages of every turn of BFS-played episodes, exactly as the runner sends them."""
     from agent.config import RunnerConfig
     from agent.policies import CallablePolicy, solver_reply
-    from agent.runner import run_episodes
+    from agent.runner import run_episodes_async
 
     turns: list[list[dict]] = []
 
@@ -64,8 +64,8 @@ def maze_turns(seeds: range) -> list[list[dict]]:
         turns.append(list(messages))
         return solver_reply(messages, "tuple")
 
-    run_episodes(CallablePolicy(capture, label="capture"), list(seeds),
-                 RunnerConfig(protocol="tuple", history="window:2", concurrency=1))
+    await run_episodes_async(CallablePolicy(capture, label="capture"), list(seeds),
+                             RunnerConfig(protocol="tuple", history="window:2", concurrency=1))
     return turns
 
 
@@ -197,7 +197,7 @@ async def measure(cfg, url: str, assets, work: Path, rounds: int, cold_n: int) -
     base = cfg.base_models[0].id
     adapter = f"{base}:{ADAPTER}"
     client = Client(url)
-    turns = maze_turns(range(4))
+    turns = await maze_turns(range(4))
     sizes = await workload_sizes(client, adapter, turns)  # also loads maze-grpo
     order = sorted(range(len(sizes)), key=lambda i: sizes[i][0])
     probe = turns[order[len(order) // 2]]  # the median-sized maze prompt
