@@ -8,8 +8,8 @@ the BFS policy plays, so up to three 224x224 frames a request):
 
 1. workload sizes: prompt and completion tokens of those turns as ``maze-grpo`` answers them
    (greedy, 32 tokens at most, as ``maze-eval`` asks);
-2. decode cost: latency of requests generating exactly 2 and 18 tokens (``ignore_eos``) at 1 and 8
-   concurrent, base model and ``maze-grpo``: the difference over 16 tokens is the step time at that
+2. decode cost: latency of requests generating exactly 2 and 34 tokens (``ignore_eos``) at 1 and 8
+   concurrent, base model and ``maze-grpo``: the difference over 32 tokens is the step time at that
    batch size, fitted as ``step_s + batch x row cost`` (base rows: ``decode_s``; adapter rows:
    ``decode_s x lora_factor``; the adapter's fixed part above the base's: its ``adapter_step_s``);
 3. prefill cost: 1-token requests at 1 and 8 concurrent: the extra latency per concurrent request,
@@ -19,7 +19,8 @@ the BFS policy plays, so up to three 224x224 frames a request):
    the step time per extra adapter in a batch (``adapter_step_s``);
 5. cold load: fresh random rank-64 adapters (``build_random_lora``) pushed one by one; each one's
    first request against its second (``cold_load_s``), while a base-model stream runs: that
-   stream's extra latency during the load is the engine's pause (``load_stall_s``).
+   stream's extra latency during the first request, less that during the second, is the engine's
+   pause (``load_stall_s``; on this CPU stack the load's download and unpacking share the cores).
 
 Writes ``benchmarks/results/placement_calibration.json``, which ``placement_sim.py`` reads.
 """
@@ -48,7 +49,7 @@ from benchmarks.stack import dev_assets, stack_config  # noqa: E402
 log = logging.getLogger("placement_calibrate")
 OUT = ROOT / "benchmarks" / "results" / "placement_calibration.json"
 ADAPTER = "maze-grpo"
-SHORT, LONG = 2, 18  # completion tokens of the two decode probes
+SHORT, LONG = 2, 34  # completion tokens of the two decode probes
 MIX = 4  # adapters in the mixed batch
 
 
@@ -104,19 +105,20 @@ async def workload_sizes(client: Client, model: str, turns: list[list[dict]]) ->
 
 
 async def step_times(client: Client, sides: dict[str, list[str]], messages: list[dict], rounds: int) -> dict:
-    """Per side: mean burst latency at SHORT and LONG tokens, over ``rounds`` interleaved rounds."""
-    lat: dict[str, dict[int, list[float]]] = {s: {SHORT: [], LONG: []} for s in sides}
+    """Per side: burst latency at SHORT and LONG tokens and the step time, each the median over
+    ``rounds`` interleaved rounds (the side that goes first alternating; one step estimate per round)."""
+    lat: dict[str, dict[str, list[float]]] = {s: {"short": [], "long": [], "step": []} for s in sides}
     for r in range(rounds):
-        order = list(sides) if r % 2 == 0 else list(sides)[::-1]
-        for side in order:
-            for tokens in (SHORT, LONG):
-                lat[side][tokens].append(await client.burst(sides[side], messages, tokens))
-    out = {}
-    for side in sides:
-        short, long = statistics.median(lat[side][SHORT]), statistics.median(lat[side][LONG])
-        out[side] = {"latency_short_s": round(short, 4), "latency_long_s": round(long, 4),
-                     "step_s": round((long - short) / (LONG - SHORT), 5)}
-    return out
+        for side in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
+            short = await client.burst(sides[side], messages, SHORT)
+            long = await client.burst(sides[side], messages, LONG)
+            lat[side]["short"].append(short)
+            lat[side]["long"].append(long)
+            lat[side]["step"].append((long - short) / (LONG - SHORT))
+    return {side: {"latency_short_s": round(statistics.median(v["short"]), 4),
+                   "latency_long_s": round(statistics.median(v["long"]), 4),
+                   "step_s": round(statistics.median(v["step"]), 5),
+                   "step_s_per_round": [round(x, 5) for x in v["step"]]} for side, v in lat.items()}
 
 
 async def cold_loads(client: Client, cfg, base_dir: Path, work: Path, messages: list[dict], n: int) -> dict:
@@ -146,7 +148,8 @@ async def cold_loads(client: Client, cfg, base_dir: Path, work: Path, messages: 
             first, _ = await client.one(f"{base}:{name}", messages, SHORT)
             t1 = time.perf_counter()
             second, _ = await client.one(f"{base}:{name}", messages, SHORT)
-            rows.append({"first_s": round(first, 4), "second_s": round(second, 4), "window": (t0, t1)})
+            rows.append({"first_s": round(first, 4), "second_s": round(second, 4),
+                         "windows": ((t0, t1), (t1, time.perf_counter()))})
             await asyncio.sleep(2.0)
     finally:
         stop.set()
@@ -155,17 +158,23 @@ async def cold_loads(client: Client, cfg, base_dir: Path, work: Path, messages: 
 
 
 def _cold_summary(rows: list[dict], stream: list[tuple[float, float]]) -> dict:
-    windows = [r.pop("window") for r in rows]
-    overlaps = lambda s, e: any(s < w1 and e > w0 for w0, w1 in windows)  # noqa: E731
-    quiet = [e - s for s, e in stream if not overlaps(s, e)]
+    """The load's extra latency (first request less second) and the engine's pause: the base stream's
+    extra latency while the first request ran, less its extra latency while the second one ran (the
+    same batch sharing, no load)."""
+    windows = [w for r in rows for w in r.pop("windows")]
+    quiet = [e - s for s, e in stream if not any(s < w1 and e > w0 for w0, w1 in windows)]
     baseline = statistics.median(quiet)
-    for row, (w0, w1) in zip(rows, windows):
-        during = [e - s for s, e in stream if s < w1 and e > w0]
-        row["base_requests_during"] = len(during)
-        row["base_excess_s"] = round(sum(max(0.0, d - baseline) for d in during), 4)
+
+    def excess(w0: float, w1: float) -> float:
+        return sum(max(0.0, (e - s) - baseline) for s, e in stream if s < w1 and e > w0)
+
+    for row, cold_w, warm_w in zip(rows, windows[::2], windows[1::2]):
+        row["base_excess_cold_s"] = round(excess(*cold_w), 4)
+        row["base_excess_warm_s"] = round(excess(*warm_w), 4)
     return {"adapters": rows, "base_stream_median_s": round(baseline, 4),
             "cold_load_s": round(statistics.median(r["first_s"] - r["second_s"] for r in rows), 4),
-            "load_stall_s": round(statistics.median(r["base_excess_s"] for r in rows), 4)}
+            "load_stall_s": round(statistics.median(r["base_excess_cold_s"] - r["base_excess_warm_s"]
+                                                    for r in rows), 4)}
 
 
 def _pusher(cfg):
@@ -242,8 +251,8 @@ def run(args) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--rounds", type=int, default=4, help="interleaved rounds per step-time comparison")
-    ap.add_argument("--cold-adapters", type=int, default=3, help="fresh adapters whose cold load is timed")
+    ap.add_argument("--rounds", type=int, default=8, help="interleaved rounds per step-time comparison")
+    ap.add_argument("--cold-adapters", type=int, default=4, help="fresh adapters whose cold load is timed")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     if args.rounds < 1 or args.cold_adapters < 1:
