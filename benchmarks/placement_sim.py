@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -93,28 +94,38 @@ def _pct(x: np.ndarray) -> dict[str, float | int | None]:
     return {"n": int(len(x)), "p50_s": round(float(p50), 4), "p99_s": round(float(p99), 4)}
 
 
-def summarise(sim: Simulation, args) -> dict:
-    """The figures of one run, over the measured requests (after warm-up)."""
+def _one_run(sim: Simulation, args) -> dict:
+    """The raw figures of one seed's run over its measured requests (after warm-up)."""
     req, n = sim.requests, len(sim.requests.arrival_s)
     if np.isnan(sim.done_s).any() or sum(r.served for r in sim.reps) != n:
         raise AssertionError("a request did not complete exactly once")  # the model's own invariant
     m = np.arange(n) >= req.measured_from
     lat = sim.latency_s()
     masks, warm_ranks = classes(req.adapter, sim.cluster.replicas, sim.cluster.max_loras, args.adapters)
-    busy = sim.busy_in_window()
-    span = req.arrival_s[-1] - req.arrival_s[req.measured_from]
-    out = {"policy": sim.policy.label, "measured_requests": int(m.sum()),
-           "cold_loads_per_1000": round(1000 * sim.measured_loads / int(m.sum()), 2),
-           "latency": {k: _pct(lat[m & v]) for k, v in masks.items()}}
-    out["latency"]["loaded"] = _pct(lat[m & sim.cold])
-    out["latency"]["all"] = _pct(lat[m])
-    out["warm_ranks"] = warm_ranks
-    out["utilization_mean"] = round(float(busy.mean() / span), 3)
-    out["utilization_max"] = round(float(busy.max() / span), 3)
-    out["imbalance_max_over_mean_busy"] = round(float(busy.max() / busy.mean()), 3)
-    out["hot_holders_at_end"] = sum(HOT in r.resident for r in sim.reps)
-    out["evictions_per_1000"] = round(1000 * sum(r.evictions for r in sim.reps) / n, 2)
-    out["retried_share"] = round(float((sim.tries[m] > 1).mean()), 4)
+    masks["loaded"], masks["all"] = sim.cold, np.ones(n, bool)
+    busy = sim.busy_in_window() / (req.arrival_s[-1] - req.arrival_s[req.measured_from])
+    return {"lat": {k: lat[m & v] for k, v in masks.items()}, "measured": int(m.sum()), "loads": sim.measured_loads,
+            "warm_ranks": warm_ranks, "busy": busy, "holders": sum(HOT in r.resident for r in sim.reps),
+            "evictions": sum(r.evictions for r in sim.reps), "requests": n, "retried": int((sim.tries[m] > 1).sum())}
+
+
+def summarise(runs: list[dict], label: str) -> dict:
+    """One policy's figures, the seeds' measured requests pooled (per-seed values where they vary)."""
+    measured = sum(r["measured"] for r in runs)
+    out = {"policy": label, "seeds": len(runs), "measured_requests": measured,
+           "cold_loads_per_1000": round(1000 * sum(r["loads"] for r in runs) / measured, 2),
+           "latency": {k: _pct(np.concatenate([r["lat"][k] for r in runs])) for k in runs[0]["lat"]},
+           "warm_ranks": runs[0]["warm_ranks"]}
+    imbalance = [float(r["busy"].max() / r["busy"].mean()) for r in runs]
+    out["utilization_mean"] = round(float(np.mean([r["busy"].mean() for r in runs])), 3)
+    out["utilization_max"] = round(float(np.mean([r["busy"].max() for r in runs])), 3)
+    out["imbalance_max_over_mean_busy"] = round(float(np.mean(imbalance)), 3)
+    out["evictions_per_1000"] = round(1000 * sum(r["evictions"] for r in runs) / sum(r["requests"] for r in runs), 2)
+    out["retried_share"] = round(sum(r["retried"] for r in runs) / measured, 4)
+    out["per_seed"] = {"hot_p99_s": [_pct(r["lat"]["hot"])["p99_s"] for r in runs],
+                       "cold_loads_per_1000": [round(1000 * r["loads"] / r["measured"], 2) for r in runs],
+                       "imbalance_max_over_mean_busy": [round(x, 3) for x in imbalance],
+                       "hot_holders_at_end": [r["holders"] for r in runs]}
     return out
 
 
@@ -125,26 +136,52 @@ def policies(thresholds: list[int], pinned_threshold: int | None) -> list[Policy
     return out
 
 
-def run_replicas(replicas: int, costs: EngineCosts, sizes: np.ndarray, args) -> dict:
-    """Every policy at one replica count, on the same offered requests."""
+def run_replicas(replicas: int, costs: EngineCosts, sizes: np.ndarray, args, *, tag: str = "",
+                 variants: list[tuple[Policy, dict]] | None = None) -> dict:
+    """Every policy at one replica count, on the same offered requests (the rate set by the calibrated
+    costs, whatever ``variants`` change: ``(policy, {"costs": {...}, "cluster": {...}})``)."""
     alone = float(np.mean([costs.alone_s(p, d) for p, d in sizes]))
     rate = args.utilization * replicas / alone
     n = max(args.min_requests, args.requests_per_replica * replicas)
-    reqs = make_requests(n, rate, n_adapters=args.adapters, zipf_s=args.zipf, hot_share=args.hot_share, sizes=sizes,
-                         ramp_share=args.ramp_share, warmup_share=args.warmup_share, seed=args.seed + replicas)
+    offered = [make_requests(n, rate, n_adapters=args.adapters, zipf_s=args.zipf, hot_share=args.hot_share,
+                             sizes=sizes, ramp_share=args.ramp_share, warmup_share=args.warmup_share,
+                             seed=args.seed + 1000 * k + replicas) for k in range(args.seeds)]
     cluster = Cluster(replicas=replicas, max_loras=args.max_loras, max_ongoing=args.max_ongoing)
+    variants = variants or [(pol, {}) for pol in policies(args.thresholds, args.pinned_threshold)]
     runs = {}
-    for pol in policies(args.thresholds, args.pinned_threshold):
+    for pol, change in variants:
         t0 = time.perf_counter()
-        sim = Simulation(cluster, pol, costs, reqs, seed=args.seed).run()
-        runs[pol.label] = summarise(sim, args)
-        runs[pol.label]["sim_wall_s"] = round(time.perf_counter() - t0, 2)
-        print(f"{replicas:4d} replicas {pol.label:18s} hot p99 {runs[pol.label]['latency']['hot']['p99_s']:.3f}s "
-              f"cold loads/1000 {runs[pol.label]['cold_loads_per_1000']:7.2f} "
-              f"imbalance {runs[pol.label]['imbalance_max_over_mean_busy']:.2f} "
-              f"({runs[pol.label]['sim_wall_s']:.1f}s)", flush=True)
-    return {"requests": n, "arrival_rate_per_s": round(rate, 2), "mean_alone_latency_s": round(alone, 4),
-            "runs": runs, "gateway_over_ray": ratios(runs)}
+        label = change.get("label", pol.label)
+        seeds = [_one_run(Simulation(replace(cluster, **change.get("cluster", {})), pol,
+                                     replace(costs, **change.get("costs", {})), reqs, seed=args.seed + k).run(), args)
+                 for k, reqs in enumerate(offered)]
+        r = runs[label] = summarise(seeds, label)
+        r["sim_wall_s"] = round(time.perf_counter() - t0, 2)
+        print(f"{replicas:4d} replicas {tag}{label:18s} hot p99 {r['latency']['hot']['p99_s']:.3f}s "
+              f"{r['per_seed']['hot_p99_s']} cold loads/1000 {r['cold_loads_per_1000']:7.2f} "
+              f"imbalance {r['imbalance_max_over_mean_busy']:.2f} ({r['sim_wall_s']:.1f}s)", flush=True)
+    return {"requests_per_seed": n, "arrival_rate_per_s": round(rate, 2), "mean_alone_latency_s": round(alone, 4),
+            "runs": runs, "over_ray": ratios(runs)}
+
+
+def sensitivity(costs: EngineCosts, sizes: np.ndarray, args) -> dict:
+    """At the target's replica count, the same traffic with other engine costs or Ray settings."""
+    n = TARGET["replicas"]
+    every = policies(args.thresholds, args.pinned_threshold)
+    cases = {
+        "no_load_stall": ("loads never pause the engine (asynchronous loading, as a GPU host's CPU can do it)",
+                          [(p, {"costs": {"load_stall_s": 0.0}}) for p in every]),
+        "cold_load_x4": ("adapter loads take 4x the measured time (a remote store, a larger adapter)",
+                         [(p, {"costs": {"cold_load_s": 4 * costs.cold_load_s}}) for p in every]),
+        "ray_max_ongoing_8": ("Ray's default routing with max_ongoing_requests 8 (spills sooner), against the "
+                              "gateway at the shipped 64", [(Policy("ray"), {}), (Policy("ray"), {
+                                  "cluster": {"max_ongoing": 8}, "label": "ray_max_ongoing_8"})]
+                              + [(p, {}) for p in every if p.kind == "gateway"]),
+    }
+    out = {"replicas": n}
+    for name, (what, variants) in cases.items():
+        out[name] = {"what": what, **run_replicas(n, costs, sizes, args, tag=f"{name} ", variants=variants)}
+    return out
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -172,7 +209,7 @@ def verdict(by_replicas: dict) -> dict:
     key = str(TARGET["replicas"])
     if key not in by_replicas:
         return {"target": TARGET, "evaluated": False}
-    ratios_64 = by_replicas[key]["gateway_over_ray"]
+    ratios_64 = by_replicas[key]["over_ray"]
     met = {label: r["hot_p99"] is not None and r["hot_p99"] <= TARGET["hot_p99_ratio_max"]
            and r["cold_loads"] is not None and r["cold_loads"] <= TARGET["cold_loads_ratio_max"]
            for label, r in ratios_64.items()}
@@ -233,16 +270,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ramp-share", type=float, default=0.2, help="share of requests over which the rate ramps up")
     ap.add_argument("--warmup-share", type=float, default=0.3, help="share of requests left out of the figures")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, default=3,
+                    help="independent runs per setting, their measured requests pooled (Ray's spread depends on its history)")
     ap.add_argument("--calibration", type=Path, default=CALIBRATION)
     ap.add_argument("--out", type=Path, default=RESULTS / "placement_sim.json")
+    ap.add_argument("--no-sensitivity", dest="sensitivity", action="store_false",
+                    help="skip the runs at 64 replicas with other engine costs and Ray settings")
     ap.add_argument("--quick", action="store_true", help="a small run (tests): 16 and 64 replicas, few requests")
     args = ap.parse_args(argv)
     if args.quick:
-        args.replicas, args.requests_per_replica, args.min_requests = [16, 64], 150, 6000
+        args.replicas, args.requests_per_replica, args.min_requests, args.seeds = [16, 64], 150, 6000, 1
     if args.pinned_threshold < 0:
         args.pinned_threshold = None
     bad = [f"--{k.replace('_', '-')}" for k, ok in (
-        ("replicas", min(args.replicas) >= 1), ("thresholds", min(args.thresholds) >= 1),
+        ("replicas", min(args.replicas) >= 1), ("seeds", args.seeds >= 1), ("thresholds", min(args.thresholds) >= 1),
         ("max_loras", args.max_loras >= 2), ("max_ongoing", args.max_ongoing >= 1), ("adapters", args.adapters >= 1),
         ("hot_share", 0 <= args.hot_share < 1), ("utilization", 0 < args.utilization < 1.5),
         ("warmup_share", 0 <= args.warmup_share < 1), ("ramp_share", 0 <= args.ramp_share <= args.warmup_share))
@@ -258,6 +299,7 @@ def run(args) -> dict:
     sizes = np.asarray(cal.workload_sizes, np.int64)
     t0 = time.perf_counter()
     by_replicas = {str(n): run_replicas(n, costs, sizes, args) for n in args.replicas}
+    sens = sensitivity(costs, sizes, args) if args.sensitivity else None
     return {
         "calibration": {"file": str(args.calibration.relative_to(ROOT) if args.calibration.is_relative_to(ROOT)
                                     else args.calibration), **cal.fit.model_dump(),
@@ -272,12 +314,14 @@ def run(args) -> dict:
                      "arrivals": (f"Poisson; the rate ramps linearly from 0 over the first {args.ramp_share:.0%} "
                                   f"of requests, the first {args.warmup_share:.0%} are warm-up (not counted)"),
                      "requests_per_replica": args.requests_per_replica, "min_requests": args.min_requests,
-                     "seed": args.seed, "quick": args.quick},
+                     "seed": args.seed, "seeds": args.seeds, "quick": args.quick},
         "model": {"router": "one router, exact in-flight counts, replicas' adapters seen 0.1 s late",
                   "ray_matching_timeout_s": [1.0, 2.0], "retry_backoff_s": "0 then 0.025 doubling to 0.5",
-                  "classes": CLASS_DEFINITION},
+                  "classes": CLASS_DEFINITION,
+                  "over_ray": "each run's figure divided by the same figure of the ray run on the same requests"},
         "by_replicas": by_replicas,
         "verdict": verdict(by_replicas),
+        "sensitivity": sens,
         "sim_wall_s": round(time.perf_counter() - t0, 1),
     }
 
