@@ -229,20 +229,29 @@ def plot(result: dict, path: Path) -> None:
     reps = sorted(int(r) for r in result["by_replicas"])
     labels = list(result["by_replicas"][str(reps[0])]["runs"])
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
-    panels = [("hot adapter p99 latency (s)", lambda r: r["latency"]["hot"]["p99_s"]),
+    panels = [("hot adapter p99 latency (s; bars: seeds' range)", lambda r: r["latency"]["hot"]["p99_s"]),
               ("cold loads per 1,000 requests", lambda r: r["cold_loads_per_1000"]),
               ("utilization imbalance (max / mean busy)", lambda r: r["imbalance_max_over_mean_busy"])]
     for ax, (title, get) in zip(axes, panels):
         for label in labels:
-            ys = [get(result["by_replicas"][str(n)]["runs"][label]) for n in reps]
-            ax.plot(reps, ys, marker="o", lw=2.5 if label == "ray" else 1.5, ls="--" if "pinned" in label else "-",
-                    color="black" if label == "ray" else None, label=label)
+            runs = [result["by_replicas"][str(n)]["runs"][label] for n in reps]
+            ys = [get(r) for r in runs]
+            style = {"marker": "o", "lw": 2.5 if label == "ray" else 1.5, "ls": "--" if "pinned" in label else "-",
+                     "color": "black" if label == "ray" else None, "label": label}
+            if ax is axes[0]:  # the seeds' spread: Ray's depends on how far it happened to spread
+                seeds = [r["per_seed"]["hot_p99_s"] for r in runs]
+                err = [[y - min(s) for y, s in zip(ys, seeds)], [max(s) - y for y, s in zip(ys, seeds)]]
+                ax.errorbar(reps, ys, yerr=np.clip(err, 0, None), capsize=3, **style)
+            else:
+                ax.plot(reps, ys, **style)
         ax.set_xscale("log", base=2)
         ax.set_xticks(reps, [str(n) for n in reps])
         ax.set_xlabel("replicas")
         ax.set_title(title)
         ax.grid(alpha=0.3)
     axes[0].set_yscale("log")
+    axes[1].set_yscale("symlog", linthresh=1.0)
+    axes[1].set_ylim(bottom=0)
     axes[0].legend(fontsize=8)
     w = result["workload"]
     fig.suptitle(f"{w['adapters']} adapters, Zipf({w['zipf_s']}) + one hot adapter at {w['hot_share']:.0%}, "
