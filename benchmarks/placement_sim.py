@@ -204,6 +204,19 @@ def ratios(runs: dict) -> dict:
     return out
 
 
+def cross_check(costs: EngineCosts, sizes: np.ndarray) -> dict | None:
+    """The model's latency of one adapter turn alone against lora_parity.json's measured turns at
+    concurrency 1 (the agent runner's whole turn, client included), when that file exists."""
+    path = RESULTS / "lora_parity.json"
+    try:
+        c1 = json.loads(path.read_text())["base_vs_adapter"]["c1"]["adapter"]
+    except (OSError, KeyError, ValueError):
+        return None
+    return {"file": str(path.relative_to(ROOT)),
+            "model_alone_latency_s": round(float(np.mean([costs.alone_s(p, d) for p, d in sizes])), 4),
+            "lora_parity_c1_adapter_s_per_turn": round(c1["wall_s"] / c1["turns"], 4)}
+
+
 def verdict(by_replicas: dict) -> dict:
     """The issue's target at 64 replicas for each gateway variant, and the threshold to run."""
     key = str(TARGET["replicas"])
@@ -313,7 +326,8 @@ def run(args) -> dict:
         "calibration": {"file": str(args.calibration.relative_to(ROOT) if args.calibration.is_relative_to(ROOT)
                                     else args.calibration), **cal.fit.model_dump(),
                         "mean_prompt_tokens": round(float(sizes[:, 0].mean()), 1),
-                        "mean_completion_tokens": round(float(sizes[:, 1].mean()), 2)},
+                        "mean_completion_tokens": round(float(sizes[:, 1].mean()), 2),
+                        "cross_check": cross_check(costs, sizes)},
         "workload": {"adapters": args.adapters, "zipf_s": args.zipf, "hot_share": args.hot_share,
                      "max_loras": args.max_loras, "max_ongoing_requests": args.max_ongoing,
                      "offered_utilization": args.utilization,
