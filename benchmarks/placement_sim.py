@@ -5,9 +5,14 @@
 1,000 adapters with Zipf(1.1) popularity plus one hot adapter taking half the requests, over 16, 64
 and 256 replicas with ``--max-loras`` adapter slots each, under Ray Serve's default multiplexed
 routing and under the gateway's policy at several spread thresholds (and that policy with the hot
-adapter pinned on every replica). The engine costs (per-token decode and prefill, LoRA overhead,
-cold-load time) come from ``benchmarks/results/placement_calibration.json``, measured on the local
-stack by ``benchmarks/placement_calibrate.py``; the model itself is ``benchmarks/placement_model.py``.
+adapter pinned on every replica). Each setting runs ``--seeds`` times on independent request
+streams (how far Ray spreads the hot adapter depends on the history of its load), their measured
+requests pooled, per-seed figures kept; at 64 replicas the same comparison also runs with other
+engine costs, a slower ramp, and Ray with a lower ``max_ongoing_requests`` (``sensitivity``).
+
+The engine costs (per-token decode and prefill, LoRA overhead, cold-load time, the engine's pause
+when a load lands) come from ``benchmarks/results/placement_calibration.json``, measured on the
+local stack by ``benchmarks/placement_calibrate.py``; the model is ``benchmarks/placement_model.py``.
 Seeded and deterministic. Writes ``benchmarks/results/placement_sim.json`` and ``placement_sim.png``.
 """
 
@@ -173,14 +178,17 @@ def sensitivity(costs: EngineCosts, sizes: np.ndarray, args) -> dict:
                           [(p, {"costs": {"load_stall_s": 0.0}}) for p in every]),
         "cold_load_x4": ("adapter loads take 4x the measured time (a remote store, a larger adapter)",
                          [(p, {"costs": {"cold_load_s": 4 * costs.cold_load_s}}) for p in every]),
-        "ray_max_ongoing_8": ("Ray's default routing with max_ongoing_requests 8 (spills sooner), against the "
-                              "gateway at the shipped 64", [(Policy("ray"), {}), (Policy("ray"), {
-                                  "cluster": {"max_ongoing": 8}, "label": "ray_max_ongoing_8"})]
-                              + [(p, {}) for p in every if p.kind == "gateway"]),
+        "slow_ramp": ("the rate ramps up over 60% of the requests instead of 20% (the last 30% measured)",
+                      [(p, {"args": {"ramp_share": 0.6, "warmup_share": 0.7}}) for p in every]),
+        "ray_max_ongoing_8": ("Ray's default routing with max_ongoing_requests 8 (its holders refuse sooner, so it "
+                              "spreads sooner); the gateway's runs at 64 are in by_replicas",
+                              [(Policy("ray"), {}), (Policy("ray"), {"cluster": {"max_ongoing": 8},
+                                                                     "label": "ray_max_ongoing_8"})]),
     }
     out = {"replicas": n}
     for name, (what, variants) in cases.items():
-        out[name] = {"what": what, **run_replicas(n, costs, sizes, args, tag=f"{name} ", variants=variants)}
+        changed = argparse.Namespace(**{**vars(args), **variants[0][1].get("args", {})})
+        out[name] = {"what": what, **run_replicas(n, costs, sizes, changed, tag=f"{name} ", variants=variants)}
     return out
 
 
@@ -200,7 +208,9 @@ def ratios(runs: dict) -> dict:
                       "cold_p99": _ratio(r["latency"]["cold"]["p99_s"], ray["latency"]["cold"]["p99_s"]),
                       "all_p99": _ratio(r["latency"]["all"]["p99_s"], ray["latency"]["all"]["p99_s"]),
                       "cold_loads": _ratio(r["cold_loads_per_1000"], ray["cold_loads_per_1000"]),
-                      "imbalance": _ratio(r["imbalance_max_over_mean_busy"], ray["imbalance_max_over_mean_busy"])}
+                      "imbalance": _ratio(r["imbalance_max_over_mean_busy"], ray["imbalance_max_over_mean_busy"]),
+                      "hot_p99_per_seed": [_ratio(a, b) for a, b in zip(r["per_seed"]["hot_p99_s"],
+                                                                          ray["per_seed"]["hot_p99_s"])]}
     return out
 
 
@@ -228,9 +238,12 @@ def verdict(by_replicas: dict) -> dict:
            for label, r in ratios_64.items()}
     unpinned = [label for label in met if met[label] and not label.endswith("_pinned")]
     runs_64 = by_replicas[key]["runs"]
-    best = min(unpinned, key=lambda label: runs_64[label]["latency"]["all"]["p99_s"], default=None)
-    return {"target": TARGET, "evaluated": True, "met": met, "recommended": best,
-            "rule": "among the unpinned thresholds that meet the target at 64 replicas, the lowest p99 over all requests"}
+    best = min(unpinned, key=lambda label: runs_64[label]["latency"]["hot"]["p99_s"], default=None)
+    halved = {label: sum(x is not None and x <= TARGET["hot_p99_ratio_max"] for x in r["hot_p99_per_seed"])
+              for label, r in ratios_64.items()}
+    return {"target": TARGET, "evaluated": True, "met": met, "seeds_with_hot_p99_halved": halved,
+            "recommended": best, "rule": ("among the unpinned thresholds that meet the target at 64 replicas "
+                                          "(seeds pooled), the lowest hot-adapter p99")}
 
 
 def plot(result: dict, path: Path) -> None:
@@ -265,11 +278,12 @@ def plot(result: dict, path: Path) -> None:
     axes[0].set_yscale("log")
     axes[1].set_yscale("symlog", linthresh=1.0)
     axes[1].set_ylim(bottom=0)
-    axes[0].legend(fontsize=8)
+    handles, names = axes[1].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=9)
     w = result["workload"]
     fig.suptitle(f"{w['adapters']} adapters, Zipf({w['zipf_s']}) + one hot adapter at {w['hot_share']:.0%}, "
                  f"max_loras {w['max_loras']}, offered utilization {w['offered_utilization']:.0%}")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -292,7 +306,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ramp-share", type=float, default=0.2, help="share of requests over which the rate ramps up")
     ap.add_argument("--warmup-share", type=float, default=0.3, help="share of requests left out of the figures")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--seeds", type=int, default=3,
+    ap.add_argument("--seeds", type=int, default=5,
                     help="independent runs per setting, their measured requests pooled (Ray's spread depends on its history)")
     ap.add_argument("--calibration", type=Path, default=CALIBRATION)
     ap.add_argument("--out", type=Path, default=RESULTS / "placement_sim.json")
@@ -319,7 +333,7 @@ def run(args) -> dict:
     cal = load_calibration(args.calibration)
     costs = EngineCosts(**cal.fit.model_dump())
     sizes = np.asarray(cal.workload_sizes, np.int64)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     by_replicas = {str(n): run_replicas(n, costs, sizes, args) for n in args.replicas}
     sens = sensitivity(costs, sizes, args) if args.sensitivity else None
     return {
@@ -346,6 +360,7 @@ def run(args) -> dict:
         "verdict": verdict(by_replicas),
         "sensitivity": sens,
         "sim_wall_s": round(time.perf_counter() - t0, 1),
+        "sim_cpu_s": round(time.process_time() - cpu0, 1),
     }
 
 

@@ -154,7 +154,7 @@ def test_quick_run_writes_json_and_plot(tmp_path):
         runs["gateway_t2"]["latency"]["hot"]["p99_s"] / runs["ray"]["latency"]["hot"]["p99_s"], abs=1e-3)
     assert result["calibration"]["cold_load_s"] == COSTS.cold_load_s
     sens = result["sensitivity"]
-    assert set(sens["ray_max_ongoing_8"]["runs"]) == {"ray", "ray_max_ongoing_8", "gateway_t2", "gateway_t8"}
+    assert set(sens["ray_max_ongoing_8"]["runs"]) == {"ray", "ray_max_ongoing_8"}
     assert sens["no_load_stall"]["runs"]["ray"]["latency"] != runs["ray"]["latency"]  # same requests, other costs
     assert (tmp_path / "sim.png").stat().st_size > 10_000
 
