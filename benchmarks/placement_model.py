@@ -24,6 +24,7 @@ with Serve's backoff (the first retry at once, then 25 ms doubling up to 0.5 s).
 - ``gateway``: two random holders while the least loaded holder has fewer than ``spread_threshold``
   requests in flight; otherwise (or when no replica holds it) the least loaded replica of all,
   ties broken by a free adapter slot, then the fewest adapters, then at random: that replica loads it.
+  With ``pin_hot`` the hot adapter is resident on every replica from the start and never evicted.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["Cluster", "EngineCosts", "Policy", "Requests", "Simulation", "make_requests"]
+__all__ = ["HOT", "Cluster", "EngineCosts", "Policy", "Requests", "Simulation", "make_requests"]
 
-ARRIVE, RETRY, DONE, LOADED, VIEW_ADD, VIEW_DEL, MARK = range(7)
+RETRY, DONE, LOADED, VIEW_ADD, VIEW_DEL, MARK = range(6)  # event kinds (arrivals come from the sorted array)
 HOT = 0  # adapter id of the hot adapter; Zipf rank k is adapter id k
 
 

@@ -70,7 +70,8 @@ def load_calibration(path: Path) -> CalibrationFile:
     except FileNotFoundError:
         raise SimError(f"{path} is missing: run benchmarks/placement_calibrate.py first") from None
     except ValidationError as exc:
-        raise SimError(f"{path} is not a calibration file: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
+        first = exc.errors()[0]
+        raise SimError(f"{path} is not a calibration file: {first['loc']}: {first['msg']}") from None
     if any(p < 1 or d < 1 for p, d in cal.workload_sizes):
         raise SimError(f"{path}: workload_sizes must hold positive token counts")
     return cal
@@ -295,7 +296,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--pinned-threshold", type=int, default=4,
                     help="threshold of the pinned-hot-adapter variant (-1: no such variant)")
     ap.add_argument("--max-loras", type=int, default=8, help="adapter slots per replica (lora.adapters_per_replica)")
-    ap.add_argument("--max-ongoing", type=int, default=64, help="admission limit per replica (replicas.max_ongoing_requests)")
+    ap.add_argument("--max-ongoing", type=int, default=64,
+                    help="admission limit per replica (replicas.max_ongoing_requests)")
     ap.add_argument("--adapters", type=int, default=1000, help="Zipf-distributed adapters besides the hot one")
     ap.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of their popularity")
     ap.add_argument("--hot-share", type=float, default=0.5, help="share of requests for the hot adapter")
@@ -307,7 +309,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--warmup-share", type=float, default=0.3, help="share of requests left out of the figures")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, default=5,
-                    help="independent runs per setting, their measured requests pooled (Ray's spread depends on its history)")
+                    help="independent runs per setting, their measured requests pooled "
+                         "(how far Ray spreads the hot adapter depends on its history)")
     ap.add_argument("--calibration", type=Path, default=CALIBRATION)
     ap.add_argument("--out", type=Path, default=RESULTS / "placement_sim.json")
     ap.add_argument("--no-sensitivity", dest="sensitivity", action="store_false",

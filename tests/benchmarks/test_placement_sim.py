@@ -145,7 +145,8 @@ def test_quick_run_writes_json_and_plot(tmp_path):
                                "workload_sizes": SIZES.tolist()}))
     out = tmp_path / "sim.json"
     assert placement_sim.main(["--quick", "--calibration", str(cal), "--out", str(out), "--thresholds", "2", "8",
-                               "--pinned-threshold", "-1", "--min-requests", "3000", "--requests-per-replica", "50"]) == 0
+                               "--pinned-threshold", "-1", "--min-requests", "3000",
+                               "--requests-per-replica", "50"]) == 0
     result = json.loads(out.read_text())
     assert set(result["by_replicas"]) == {"16", "64"}
     runs = result["by_replicas"]["64"]["runs"]
