@@ -31,3 +31,5 @@ bench: setup
 	$(PY) benchmarks/rollout_cache.py
 	$(PY) benchmarks/lora_parity.py
 	$(PY) benchmarks/recovery.py
+	$(PY) benchmarks/placement_calibrate.py
+	$(PY) benchmarks/placement_sim.py
