@@ -51,9 +51,11 @@ def test_pinned_adapter_stays_while_the_others_are_evicted(stack):
                                                         max_tokens=2, temperature=0)
             assert resp.model.startswith(f"{stack.base}:{name}@")
 
-        def settled():
+        last = f"{stack.base}:{names[-1]}@{store.resolve(names[-1]).version}"
+
+        def settled():  # the report once it shows the last adapter asked for
             now = resident(placement)
-            return now if pinned_id in now and len(now) == slots and all(
+            return now if last in now and pinned_id in now and len(now) == slots and all(
                 now[k]["pinned"] == (k == pinned_id) for k in now) else None
 
         now = wait_for(settled)
