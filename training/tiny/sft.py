@@ -54,8 +54,8 @@ class SFTConfig(BaseModel):
     demo: DemoConfig = Field(default_factory=DemoConfig, description="demonstration settings")
     batch_size: int = Field(512, ge=1, description="samples (turns) per optimizer step")
     lr: float = Field(1e-3, gt=0, description="peak AdamW learning rate")
-    weight_decay: float = Field(0.0, ge=0)
-    warmup_steps: int = Field(100, ge=0)
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    warmup_steps: int = Field(100, ge=0, description="steps of linear warm-up from 0 to lr")
     lr_schedule: Schedule = Field("constant", description="after warm-up: constant, or cosine to 0 at max_steps")
     lora_rank: int | None = Field(
         None, ge=1, description="train only a LoRA of this rank on the text model's projections (the GRPO adapter's "
@@ -63,15 +63,16 @@ class SFTConfig(BaseModel):
         "saved folders hold the merged weights")
     lora_vision: bool = Field(False, description="with lora_rank, a LoRA on the vision tower too (a diagnostic: "
                               "vLLM serves LoRA on the language model only)")
-    grad_clip: float = Field(1.0, gt=0)
-    max_steps: int = Field(4000, ge=1)
+    grad_clip: float = Field(1.0, gt=0, description="gradient norm clip per optimizer step")
+    max_steps: int = Field(4000, ge=1, description="optimizer steps of this run (a resumed run counts its own)")
     max_minutes: float = Field(8.0, gt=0, description="wall-clock budget for the training loop")
-    log_every: int = Field(20, ge=1)
+    log_every: int = Field(20, ge=1, description="steps between train records (loss, accuracies, lr) in metrics.jsonl")
     eval_every: int = Field(100, ge=1, description="steps between closed-loop evaluations")
     eval_every_near: int = Field(25, ge=1, description="eval interval once the rate passes near_rate")
     near_rate: float = Field(0.15, description="solve rate from which evaluation gets denser")
     eval_seeds: int = Field(64, ge=1, description="evaluate on seeds 0..N-1")
-    eval_max_turns: int = Field(15, ge=1)
+    eval_max_turns: int = Field(15, ge=1, description="turn limit of the evaluation episodes (the eval limit of "
+                                "maze_2d/simple)")
     band: tuple[float, float] = Field((0.35, 0.55), description="solve-rate band for the SFT base")
     target_rate: float = Field(0.4375, description="pick the in-band checkpoint closest to this")
     stop_above_band: bool = Field(True, description="stop once the runner-measured rate is above the band")
@@ -82,8 +83,9 @@ class SFTConfig(BaseModel):
         "(with stop_rate, the one on the rising edge of the take-off)")
     confirm_with_runner: bool = Field(True, description="re-measure in-band checkpoints with the real runner")
     resume: bool = Field(False, description="continue from {out_dir}/last_state.pt if present")
-    num_workers: int = Field(8, ge=0)
-    device: str = Field("cpu")
+    num_workers: int = Field(8, ge=0, description="DataLoader workers drawing demonstrations (0: in the training "
+                             "process)")
+    device: str = Field("cpu", description="torch device: cpu, cuda or cuda:N")
 
     @model_validator(mode="after")
     def _vision_needs_rank(self) -> SFTConfig:
