@@ -21,7 +21,8 @@ from rich.table import Table
 
 from agent.cli_boundary import boundary_group, json_option
 from evaluation.config import DEFAULT_SEEDS, EvalConfig
-from evaluation.evaluate import EvalError, EvalResult, UnknownRun, evaluate
+from evaluation.errors import EvalError, UnknownRun
+from evaluation.evaluate import EvalResult, evaluate
 from evaluation.leaderboard import compare, leaderboard
 from evaluation.store import Store
 
@@ -118,7 +119,7 @@ def _run_with_progress(cfg: EvalConfig, resume: str | None, quiet: bool) -> Eval
             progress.start()
         counts["done"] += 1
         counts["solved"] += rec.success
-        counts["errors"] += rec.stop_reason.value == "error"
+        counts["errors"] += not rec.scored
         scored = counts["done"] - counts["errors"]
         rate = f"{counts['solved'] / scored:.1%}" if scored else "-"
         progress.update(task, completed=done, total=total, rate=rate, errors=counts["errors"])
