@@ -19,8 +19,8 @@ from agent.config import EndpointConfig, SamplingParams
 from agent.env import ENV_SPEC_VERSION
 from agent.profiles import DEFAULT_PROFILE, AgentProfile
 from agent.protocol import get_protocol
-from agent.registration import get_variant
 from agent.records import EpisodeRecord
+from agent.registration import get_variant
 from agent.runner import EpisodeSpec, run_endpoint_async
 from evaluation.config import EvalConfig
 from evaluation.errors import EndpointUnavailable, EvalError, UnknownRun  # noqa: F401 - also imported from here
