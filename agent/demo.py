@@ -54,7 +54,7 @@ def _parse_seeds(text: str) -> list[int]:
 
 
 def summarise(records: list[EpisodeRecord]) -> str:
-    done = [r for r in records if r.stop_reason.value != "error"]
+    done = [r for r in records if r.scored]
     solved = sum(r.success for r in done)
     errors = len(records) - len(done)
     rate = solved / len(done) if done else 0.0

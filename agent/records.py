@@ -23,6 +23,13 @@ class StopReason(str, Enum):
     ERROR = "error"  # the endpoint failed for good: neither solved nor failed
 
 
+def is_scored(stop_reason: StopReason | str) -> bool:
+    """Whether an episode that ended for ``stop_reason`` counts in a score: every outcome does but an
+    endpoint error, which says nothing about the model (it is retried on resume, never scored as
+    a failure). The one statement of that rule: records, store rows and summaries all ask here."""
+    return StopReason(stop_reason) is not StopReason.ERROR
+
+
 class TurnRecord(BaseModel):
     """One turn: the model's reply and what the environment made of it."""
 
@@ -70,6 +77,11 @@ class EpisodeRecord(BaseModel):
     @property
     def num_turns(self) -> int:
         return len(self.turns)
+
+    @property
+    def scored(self) -> bool:
+        """Whether the episode counts in a score (:func:`is_scored`: not an endpoint error)."""
+        return is_scored(self.stop_reason)
 
     @property
     def invalid_actions(self) -> int:

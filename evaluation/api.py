@@ -14,6 +14,7 @@ never imports ``evaluation``.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import httpx
@@ -25,7 +26,7 @@ from agent.policies import OpenAIPolicy
 from agent.registration import DEFAULT_ENV_ID
 from agent.runner import EpisodeSpec, run_episodes_async
 from evaluation.leaderboard import leaderboard
-from evaluation.store import Store
+from evaluation.store import Store, resolve_db_url
 
 router = APIRouter(tags=["evaluation"])
 MAX_SEED = 2**63 - 1
@@ -83,18 +84,23 @@ async def play_episode(body: EpisodeRequest, request: Request) -> dict[str, Any]
         (record,) = await run_episodes_async(policy, [EpisodeSpec(seed=body.seed)], cfg)
     finally:
         await policy.aclose()
-    if record.stop_reason.value == "error" and record.num_turns == 0 and "HTTP 404" in (record.error or ""):
+    if not record.scored and record.num_turns == 0 and "HTTP 404" in (record.error or ""):
         raise HTTPException(404, f"model {body.model!r} not found: {record.error}")
     return record.model_dump(mode="json")
+
+
+@functools.cache
+def _store(url: str) -> Store:
+    """The results store at ``url``, built once per process (its engine pools connections for
+    every request after the first)."""
+    return Store(url)
 
 
 @router.get("/v1/leaderboard")
 async def get_leaderboard(env: str | None = None) -> dict[str, Any]:
     def read() -> list[dict[str, Any]]:
-        store = Store()
-        try:
-            return [{"model": r.model, **r.model_dump(mode="json")} for r in leaderboard(store, env)]
-        finally:
-            store.close()
+        # The URL is read per request (MAZE_DB or the default file), the store behind it kept.
+        store = _store(resolve_db_url(None))
+        return [{"model": r.model, **r.model_dump(mode="json")} for r in leaderboard(store, env)]
 
     return {"object": "list", "data": await asyncio.to_thread(read)}

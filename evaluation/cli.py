@@ -1,9 +1,9 @@
 """``maze-eval``: score an adapter on the fixed maze set; leaderboard, compare and report.
 
-Exit codes (stable): 0 done, 1 run incomplete (errored episodes remain; ``--resume`` retries
-them) or an unexpected error, 2 bad input (options, unknown run, results database path or URL, no
-permission), 3 endpoint, model or results database unavailable (the embedded gateway could not
-start, e.g. its port is taken), 130 interrupted. Every failure is one line on stderr (with
+Exit codes (stable; agent.cli_boundary's table): 0 done, 1 run incomplete (errored episodes
+remain; ``--resume`` retries them) or an unexpected error, 2 bad input (options, unknown run,
+results database path or URL, no permission), 3 endpoint, model or results database unavailable
+(the embedded gateway could not start, e.g. its port is taken), 130 interrupted. Every failure is one line on stderr (with
 ``--json``: ``{"error", "exit_code"}`` on stdout); ``--verbose`` adds the traceback.
 """
 
@@ -20,39 +20,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Table
 from rich.text import Text
 
-from agent.cli_boundary import boundary_group, json_option
+from agent.cli_boundary import EXIT_INCOMPLETE, EXIT_OK, boundary_group, json_option
 from agent.outage import EndpointWaits
 from evaluation.config import DEFAULT_SEEDS, EvalConfig
-from evaluation.evaluate import EvalError, EvalResult, UnknownRun, evaluate
+from evaluation.errors import EvalError, UnknownRun, database_failure
+from evaluation.evaluate import EvalResult, evaluate
 from evaluation.leaderboard import compare, leaderboard
 from evaluation.store import Store
 
-EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 0, 1, 2, 3
 console = Console(stderr=True)
-
-
-def _error_of(exc: BaseException) -> tuple[int, str] | None:
-    """maze-eval's expected failures (see the module docstring for the codes)."""
-    from sqlalchemy import exc as sa
-
-    if isinstance(exc, EvalError):
-        return exc.exit_code, str(exc)
-    if isinstance(exc, sa.ArgumentError):
-        return EXIT_BAD_INPUT, f"bad results database URL: {exc}"
-    if isinstance(exc, sa.OperationalError):
-        url = getattr(exc, "url", None) or "the results database"
-        if "unable to open database file" in str(exc.orig):
-            return EXIT_BAD_INPUT, (f"cannot open the results database file ({exc.orig}); "
-                                    "check --db and its folder's permissions")
-        return EXIT_UNAVAILABLE, f"{url} unavailable: {str(exc.orig).strip()}"
-    return None
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-@click.group(cls=boundary_group(_error_of), invoke_without_command=True,
+@click.group(cls=boundary_group(database_failure), invoke_without_command=True,
              context_settings={"auto_envvar_prefix": "MAZE", "help_option_names": ["-h", "--help"]})
 @click.option("--endpoint", help="OpenAI-compatible base URL (default: the embedded gateway)")
 @click.option("--api-key", default="EMPTY", show_default=True, help="bearer token for the endpoint")
@@ -134,7 +117,7 @@ def _run_with_progress(cfg: EvalConfig, resume: str | None, quiet: bool) -> Eval
             progress.start()
         counts["done"] += 1
         counts["solved"] += rec.success
-        counts["errors"] += rec.stop_reason.value == "error"
+        counts["errors"] += not rec.scored
         scored = counts["done"] - counts["errors"]
         rate = f"{counts['solved'] / scored:.1%}" if scored else "-"
         progress.update(task, completed=done, total=total, rate=rate, errors=counts["errors"])

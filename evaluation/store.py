@@ -34,10 +34,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-from agent.records import EpisodeRecord
+from agent.records import EpisodeRecord, StopReason, is_scored
 from evaluation.manifest import RunManifest
 
 DEFAULT_DB_PATH = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")) / "maze-gateway" / "results.db"
+
+# The stop reasons of episodes that count (agent.records.is_scored), for queries: an episode with
+# any other is not done (a resume plays it again) and is replaced when it is.
+SCORED_STOP_REASONS = [r.value for r in StopReason if is_scored(r)]
 
 metadata = MetaData()
 
@@ -174,7 +178,7 @@ class Store:
         }
         with self.engine.begin() as conn:
             key = (episodes.c.run_id == run_id) & (episodes.c.seed == rec.seed) & (episodes.c.sample == rec.sample)
-            conn.execute(delete(episodes).where(key & (episodes.c.stop_reason == "error")))
+            conn.execute(delete(episodes).where(key & episodes.c.stop_reason.not_in(SCORED_STOP_REASONS)))
             conn.execute(episodes.insert().values(**row))
 
     def episode_rows(self, run_id: str) -> list[dict[str, Any]]:
@@ -193,7 +197,7 @@ class Store:
         """(seed, sample) keys with a final outcome; errored episodes are not done."""
         with self.engine.connect() as conn:
             q = select(episodes.c.seed, episodes.c.sample).where(
-                (episodes.c.run_id == run_id) & (episodes.c.stop_reason != "error")
+                (episodes.c.run_id == run_id) & episodes.c.stop_reason.in_(SCORED_STOP_REASONS)
             )
             return {(int(a), int(b)) for a, b in conn.execute(q)}
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agent.records import is_scored
 from evaluation.stats import pass_at_k, wilson_interval
 
 
@@ -59,7 +60,7 @@ class RetryReport(BaseModel):
 
 def summarize(rows: list[dict[str, Any]], samples: int = 1) -> RunSummary:
     """Summarise flat episode rows (as :meth:`Store.episode_rows` returns them)."""
-    scored = [r for r in rows if r["stop_reason"] != "error"]
+    scored = [r for r in rows if is_scored(r["stop_reason"])]
     solved = [r for r in scored if r["success"]]
     n, c = len(scored), len(solved)
     low, high = wilson_interval(c, n)
