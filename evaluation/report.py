@@ -88,7 +88,8 @@ def render_html(run: dict, records: list[EpisodeRecord], checkpoint: dict | None
     """The report as one HTML string; ``checkpoint`` (a served step: source, step, adapter, version)
     names the training step the run scored and where its curve is."""
     manifest = run["manifest"]
-    s = summarize([{**r.summary(), "success": r.success} for r in records], manifest.get("samples", 1))
+    episode_rows = [{**r.summary(), "success": r.success, "tokens": r.total_tokens} for r in records]
+    s = summarize(episode_rows, manifest.get("samples", 1))
     model = f"{manifest['base']}:{manifest['adapter']}" if manifest.get("adapter") else manifest["base"]
     cards = []
     for r in records:
@@ -105,7 +106,9 @@ def render_html(run: dict, records: list[EpisodeRecord], checkpoint: dict | None
     plots = _plots(records)["plots"] if records else ""
     kpis = [("solve rate", f"{s.solve_rate:.1%}"), ("95% CI", f"{s.ci_low:.1%}–{s.ci_high:.1%}"), ("solved", f"{s.solved}/{s.n}"),
             ("errors", str(s.errors)), ("mean turns (solved)", f"{s.mean_turns_solved:.2f}" if s.mean_turns_solved else "-"),
-            ("path efficiency", f"{s.path_efficiency:.1%}" if s.path_efficiency else "-")]
+            ("path efficiency", f"{s.path_efficiency:.1%}" if s.path_efficiency else "-"),
+            ("tokens / solve", f"{s.tokens_per_solve:.0f}" if s.tokens_per_solve else "-"),
+            ("completion tokens / solve", f"{s.completion_tokens_per_solve:.0f}" if s.completion_tokens_per_solve else "-")]
     kpi_html = "".join(f"<div>{k}<b>{v}</b></div>" for k, v in kpis)
     step_html = ""
     if checkpoint:
