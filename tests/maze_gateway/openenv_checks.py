@@ -136,8 +136,11 @@ async def reaper(url: str) -> dict:
     await first.connect()
     await first.reset(seed=0, variant=VARIANT)
     refused_while_active = await capacity_error(url)
-    await asyncio.sleep(8)  # past the idle timeout and the reaper's next pass (every 5 s at least)
-    second_ok = await capacity_error(url) == ""
+    # OpenEnv's reaper passes every max(timeout / 4, 5 s): the slot frees within a pass or two.
+    deadline = asyncio.get_running_loop().time() + 30
+    while (refused := await capacity_error(url)) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(1)
+    second_ok = refused == ""
     after = await _error_of(first.step({"action": "('move', 0)"}))
     await first.close()
     return {"refused_while_active": refused_while_active, "second_after_idle": second_ok, "idle_session_step": after}

@@ -21,13 +21,14 @@ import pytest
 from agent.protocol import TUPLE
 from agent.render import decode_data_url
 
-from .conftest import ROOT, eco_env, maze_env_server
+from .conftest import maze_env_server
+from .venvs import ROOT, venv_env
 
 CHECKS = ROOT / "tests" / "maze_gateway" / "openenv_checks.py"
 
 
 def run_check(python, check: str, url: str, timeout: float = 240) -> dict:
-    proc = subprocess.run([str(python), str(CHECKS), check, url], env=eco_env(), capture_output=True, text=True,
+    proc = subprocess.run([str(python), str(CHECKS), check, url], env=venv_env(), capture_output=True, text=True,
                           timeout=timeout, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -109,7 +110,7 @@ def test_http_routes(server):
 
 def test_cli_failures_are_one_line_with_their_exit_code(eco_python):
     def maze_env(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(eco_python), "-m", "maze_gateway.cli", "serve", *args], env=eco_env(),
+        return subprocess.run([str(eco_python), "-m", "maze_gateway.cli", "serve", *args], env=venv_env(),
                               capture_output=True, text=True, timeout=60, check=False)
 
     with socket.socket() as taken:
