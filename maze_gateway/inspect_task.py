@@ -17,7 +17,6 @@ frame after each turn (``messages``), and in the score's metadata the version th
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from inspect_ai import Task, task
@@ -122,15 +121,16 @@ def _inspect_message(message: Message) -> ChatMessage:
     return ChatMessageUser(content=parts)
 
 
-_profiles: dict[tuple[str, str], asyncio.Task[AgentProfile]] = {}
+_profiles: dict[tuple[str, str], AgentProfile] = {}
 
 
 async def _profile(model: Model, name: str) -> AgentProfile:
-    """The model's agent profile, asked of its endpoint once per eval (every sample shares it)."""
+    """The model's agent profile, asked of its endpoint once per process (samples share it; the
+    first few may ask together)."""
     key = (str(model.api.base_url), name)
     if key not in _profiles:
-        _profiles[key] = asyncio.ensure_future(gateway_profile(key[0], model.api.api_key, name))
-    return await _profiles[key]
+        _profiles[key] = await gateway_profile(key[0], model.api.api_key, name)
+    return _profiles[key]
 
 
 @solver
