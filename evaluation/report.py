@@ -21,6 +21,10 @@ from evaluation.summary import summarize
 COLOURS = {"goal": "#2e7d32", "wrong_stop": "#c62828", "turn_limit": "#ef6c00", "error": "#616161"}
 
 
+def _count(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
 def _b64(data: bytes, mime: str) -> str:
     return f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
 
@@ -107,8 +111,8 @@ def render_html(run: dict, records: list[EpisodeRecord], checkpoint: dict | None
     kpis = [("solve rate", f"{s.solve_rate:.1%}"), ("95% CI", f"{s.ci_low:.1%}–{s.ci_high:.1%}"), ("solved", f"{s.solved}/{s.n}"),
             ("errors", str(s.errors)), ("mean turns (solved)", f"{s.mean_turns_solved:.2f}" if s.mean_turns_solved else "-"),
             ("path efficiency", f"{s.path_efficiency:.1%}" if s.path_efficiency else "-"),
-            ("tokens / solve", f"{s.tokens_per_solve:.0f}" if s.tokens_per_solve else "-"),
-            ("completion tokens / solve", f"{s.completion_tokens_per_solve:.0f}" if s.completion_tokens_per_solve else "-")]
+            ("tokens / solve", _count(s.tokens_per_solve)),
+            ("completion tokens / solve", _count(s.completion_tokens_per_solve))]
     kpi_html = "".join(f"<div>{k}<b>{v}</b></div>" for k, v in kpis)
     step_html = ""
     if checkpoint:

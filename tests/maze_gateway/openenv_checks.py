@@ -88,7 +88,8 @@ async def bfs(url: str, sessions: int = 64) -> dict:
                                                                 "training", "maze_gateway", "ray", "vllm", "torch"})
     return {"solved": sum(r["solved"] for r in results), "episodes": len(results),
             "solved_within_turn_limit": sum(r["solved"] and r["within_turn_limit"] for r in results),
-            "frames": sum(r["frames"] for r in results), "mismatched_seeds": [r["seed"] for r in results if r["mismatch"]],
+            "frames": sum(r["frames"] for r in results),
+            "mismatched_seeds": [r["seed"] for r in results if r["mismatch"]],
             "capacity_error": refused, "other_packages_loaded": loaded}
 
 

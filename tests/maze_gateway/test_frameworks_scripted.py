@@ -37,7 +37,8 @@ def test_inspect_task_solves_every_maze_and_logs_each_turn_with_its_frame(script
         assert meta["turns"] == meta["optimal_moves"] + 1 and meta["served_model"] == "bfs"
         assert meta["history"] == "full"  # the scripted server reports no agent profile: VisGym's default
         assert len([e for e in s["events"] if e["event"] == "model"]) == meta["turns"]
-        images = [p["image"] for m in s["messages"] if m["role"] == "user" for p in m["content"] if p["type"] == "image"]
+        images = [p["image"] for m in s["messages"] if m["role"] == "user"
+                  for p in m["content"] if p["type"] == "image"]
         assert len(images) == meta["turns"] + 1
         assert all(s["attachments"][i.removeprefix("attachment://")].startswith("data:image/png;base64,")
                    for i in images)
