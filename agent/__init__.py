@@ -16,7 +16,7 @@ from agent.protocol import KEYWORD, PROTOCOLS, TUPLE, HistoryPolicy, Protocol, g
 from agent.records import EpisodeRecord, StopReason, TurnRecord, is_scored, read_jsonl, write_jsonl
 from agent.registration import DEFAULT_ENV_ID, VARIANTS, get_variant, register_envs
 from agent.render import png_data_url, render_frame
-from agent.replay import replay_frames, save_gif
+from agent.replay import replay_conversation, replay_frames, save_gif
 from agent.runner import (
     EpisodeSpec,
     run_endpoint_async,
@@ -67,6 +67,7 @@ __all__ = [
     "read_jsonl",
     "register_envs",
     "render_frame",
+    "replay_conversation",
     "replay_frames",
     "run_endpoint_async",
     "run_episode",

@@ -107,6 +107,11 @@ class EpisodeRecord(BaseModel):
     def total_tokens(self) -> int:
         return sum((t.prompt_tokens or 0) + (t.completion_tokens or 0) for t in self.turns)
 
+    @property
+    def completion_tokens(self) -> int:
+        """Tokens the model generated over the episode (what a reply costs to produce)."""
+        return sum(t.completion_tokens or 0 for t in self.turns)
+
     def summary(self) -> dict[str, Any]:
         """Flat metrics, for tables and stores."""
         return {
@@ -121,6 +126,7 @@ class EpisodeRecord(BaseModel):
             "invalid_actions": self.invalid_actions,
             "wall_bumps": self.wall_bumps,
             "total_tokens": self.total_tokens,
+            "completion_tokens": self.completion_tokens,
             "error": self.error,
         }
 

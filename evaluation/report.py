@@ -22,6 +22,10 @@ from evaluation.summary import summarize
 COLOURS = {"goal": "#2e7d32", "wrong_stop": "#c62828", "turn_limit": "#ef6c00", "error": "#616161"}
 
 
+def _count(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
 def _b64(data: bytes, mime: str) -> str:
     return f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
 
@@ -89,7 +93,8 @@ def render_html(run: dict, records: list[EpisodeRecord], checkpoint: dict | None
     """The report as one HTML string; ``checkpoint`` (a served step: source, step, adapter, version)
     names the training step the run scored and where its curve is."""
     m = RunManifest.model_validate(run["manifest"])
-    s = summarize([{**r.summary(), "success": r.success} for r in records], m.samples)
+    episode_rows = [{**r.summary(), "success": r.success, "tokens": r.total_tokens} for r in records]
+    s = summarize(episode_rows, m.samples)
     # The manifest's fields with the runner's settings among them, one table row each.
     manifest = {**m.model_dump(mode="json", exclude={"runner"}), **m.runner.model_dump(mode="json")}
     cards = []
@@ -107,7 +112,9 @@ def render_html(run: dict, records: list[EpisodeRecord], checkpoint: dict | None
     plots = _plots(records)["plots"] if records else ""
     kpis = [("solve rate", f"{s.solve_rate:.1%}"), ("95% CI", f"{s.ci_low:.1%}–{s.ci_high:.1%}"), ("solved", f"{s.solved}/{s.n}"),
             ("errors", str(s.errors)), ("mean turns (solved)", f"{s.mean_turns_solved:.2f}" if s.mean_turns_solved else "-"),
-            ("path efficiency", f"{s.path_efficiency:.1%}" if s.path_efficiency else "-")]
+            ("path efficiency", f"{s.path_efficiency:.1%}" if s.path_efficiency else "-"),
+            ("tokens / solve", _count(s.tokens_per_solve)),
+            ("completion tokens / solve", _count(s.completion_tokens_per_solve))]
     kpi_html = "".join(f"<div>{k}<b>{v}</b></div>" for k, v in kpis)
     step_html = ""
     if checkpoint:

@@ -29,10 +29,13 @@ from sqlalchemy import (
     create_engine,
     delete,
     event,
+    inspect,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 
 from agent.records import EpisodeRecord, StopReason, is_scored
 from evaluation.manifest import RunManifest
@@ -75,6 +78,7 @@ episodes = Table(
     Column("invalid_actions", Integer, nullable=False),
     Column("wall_bumps", Integer, nullable=False),
     Column("tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=True),  # added later: see _add_completion_tokens
     Column("latency_s", Float, nullable=False),
     Column("error", Text, nullable=True),
     Column("trajectory", Text, nullable=False),  # the EpisodeRecord as JSON
@@ -137,6 +141,7 @@ class Store:
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         metadata.create_all(self.engine)
+        _add_completion_tokens(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -174,6 +179,7 @@ class Store:
             "run_id": run_id, "seed": rec.seed, "sample": rec.sample, "success": rec.success, "stop_reason": s["stop_reason"],
             "turns": s["turns"], "reward": rec.reward, "optimal_moves": rec.optimal_moves, "path_efficiency": s["path_efficiency"],
             "invalid_actions": s["invalid_actions"], "wall_bumps": s["wall_bumps"], "tokens": s["total_tokens"],
+            "completion_tokens": s["completion_tokens"],
             "latency_s": sum(t.latency_s for t in rec.turns), "error": rec.error, "trajectory": rec.model_dump_json(),
         }
         with self.engine.begin() as conn:
@@ -248,6 +254,23 @@ class Store:
     def runs_named(self, run_name: str) -> list[dict[str, Any]]:
         """Runs whose manifest carries ``run_name``, oldest first."""
         return [r for r in self.list_runs() if r["manifest"].get("run_name") == run_name]
+
+
+def _add_completion_tokens(engine: Engine) -> None:
+    """Give a database made before ``episodes.completion_tokens`` existed that column, filled from
+    each episode's stored trajectory (once: later opens find the column and do nothing)."""
+    if "completion_tokens" in {c["name"] for c in inspect(engine).get_columns("episodes")}:
+        return
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE episodes ADD COLUMN completion_tokens INTEGER"))
+            for row_id, trajectory in conn.execute(select(episodes.c.id, episodes.c.trajectory)).all():
+                n = EpisodeRecord.model_validate_json(trajectory).completion_tokens
+                conn.execute(update(episodes).where(episodes.c.id == row_id).values(completion_tokens=n))
+    except DBAPIError:
+        # Another process opening the same database added it first; anything else is a real failure.
+        if "completion_tokens" not in {c["name"] for c in inspect(engine).get_columns("episodes")}:
+            raise
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
