@@ -173,6 +173,9 @@ class KeyLimitsSpec(_Model):
         None, ge=1, description="prompt + completion tokens per window (TPM with the default window); a request is "
                                 "admitted while the window's tokens are below the limit and charged when its usage is known")
     concurrent: int | None = Field(None, ge=1, description="requests in flight at once")
+    window_s: float | None = Field(
+        None, gt=0, le=3600, description="this key's window in seconds (None: auth.limit_window_s); a short window "
+                                         "spreads the same rate evenly, so a refused client waits less")
 
 
 class ApiKeySpec(_Model):

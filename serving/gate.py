@@ -100,6 +100,8 @@ class GateMiddleware:
         principal = self.gate.keys.lookup(bearer(scope["headers"]))
         if principal is None:
             return await send_error(send, Unauthorized("missing or invalid API key (send 'Authorization: Bearer <key>')"))
+        # Extension routes (evaluation.api) read the caller's scope from the request state.
+        scope.setdefault("state", {})["model_visible"] = principal.may_call
         if path.startswith(UNMETERED):
             token = CALLER.set(Caller(principal))
             try:
@@ -115,7 +117,7 @@ class GateMiddleware:
         decision = await self.gate.limiter.admit(principal.name, principal.limits, request_id)
         if not decision.admitted:
             cls = TokenRateLimited if decision.refused == "tokens" else RateLimited
-            await send_error(send, cls(decision.message(principal.name, self.gate.spec.limit_window_s)),
+            await send_error(send, cls(decision.message(principal.name, principal.limits.window_s or self.gate.spec.limit_window_s)),
                              decision.headers())
         return decision
 

@@ -127,15 +127,16 @@ class LocalLimiter:
         self.finish_now(key, limits, request_id, tokens)
 
     def admit_now(self, key: str, limits: KeyLimitsSpec, request_id: str) -> Decision:
+        window = limits.window_s or self.window_s
         with self._lock:
             now = self._clock()
-            st = self._expire(self._keys[key], now)
+            st = self._expire(self._keys[key], now, window)
             refused, retry = None, 0.0
             if limits.requests and len(st.starts) >= limits.requests:
-                refused, retry = "requests", st.starts[0] + self.window_s - now
+                refused, retry = "requests", st.starts[0] + window - now
             if limits.tokens and st.token_sum >= limits.tokens:
                 refused = refused or "tokens"
-                retry = max(retry, self._tokens_free_at(st, limits.tokens) + self.window_s - now)
+                retry = max(retry, self._tokens_free_at(st, limits.tokens) + window - now)
             if limits.concurrent and len(st.in_flight) >= limits.concurrent:
                 refused, retry = refused or "concurrent", max(retry, CONCURRENCY_RETRY_S)
             if refused is None:
@@ -146,9 +147,9 @@ class LocalLimiter:
             return Decision(
                 admitted=refused is None, limits=limits, refused=refused, retry_after_s=retry,
                 remaining_requests=max(0, limits.requests - len(st.starts)) if limits.requests else None,
-                reset_requests_s=(st.starts[-1] + self.window_s - now) if st.starts else 0.0,
+                reset_requests_s=(st.starts[-1] + window - now) if st.starts else 0.0,
                 remaining_tokens=max(0, limits.tokens - st.token_sum) if limits.tokens else None,
-                reset_tokens_s=(st.tokens[-1][0] + self.window_s - now) if st.tokens else 0.0)
+                reset_tokens_s=(st.tokens[-1][0] + window - now) if st.tokens else 0.0)
 
     def finish_now(self, key: str, limits: KeyLimitsSpec, request_id: str, tokens: int) -> None:
         with self._lock:
@@ -158,8 +159,8 @@ class LocalLimiter:
                 st.tokens.append((self._clock(), tokens))
                 st.token_sum += tokens
 
-    def _expire(self, st: _KeyState, now: float) -> _KeyState:
-        edge = now - self.window_s
+    def _expire(self, st: _KeyState, now: float, window: float) -> _KeyState:
+        edge = now - window
         while st.starts and st.starts[0] <= edge:
             st.starts.popleft()
         while st.tokens and st.tokens[0][0] <= edge:
@@ -305,7 +306,7 @@ class RedisLimiter:
     async def admit(self, key: str, limits: KeyLimitsSpec, request_id: str) -> Decision:
         if self._clock() < self._down_until:
             return self._fallback(key, limits, request_id)
-        window_ms = int(self.spec.limit_window_s * 1000)
+        window_ms = int((limits.window_s or self.spec.limit_window_s) * 1000)
         try:
             self._redis()
             out = await self._admit(keys=self._keys(key), args=[
@@ -333,7 +334,8 @@ class RedisLimiter:
         try:
             self._redis()
             await self._finish(keys=[keys[1], keys[2], keys[3]],
-                               args=[request_id, tokens if limits.tokens else 0, int(self.spec.limit_window_s * 1000)])
+                               args=[request_id, tokens if limits.tokens else 0,
+                                     int((limits.window_s or self.spec.limit_window_s) * 1000)])
         except Exception as exc:  # noqa: BLE001 - the slot expires with its lease; the tokens are lost
             self._failed("finish", exc)
 

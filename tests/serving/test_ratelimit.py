@@ -59,7 +59,7 @@ def test_requests_sliding_window_counts_down_and_says_when():
 def test_any_window_holds_at_most_the_limit():
     """Driven at 5x the limit for three windows: never more than the limit in any window's span."""
     clock = Clock()
-    lim, limits = LocalLimiter(10, 900, clock), KeyLimitsSpec(requests=10)
+    lim, limits = LocalLimiter(60, 900, clock), KeyLimitsSpec(requests=10, window_s=10)  # the key's own window
     admitted = []
     for i in range(150):  # 5 per second for 30 s
         clock.t = 500 + i * 0.2
