@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup eval demo test bench
+.PHONY: setup eval demo test test-fast bench
 setup:
 	@scripts/setup.sh $(VENV)
 
@@ -14,8 +14,14 @@ eval: setup
 demo: setup
 	$(VENV)/bin/maze-demo
 
+# Everything: the real services too (scripted server, S3, PostgreSQL, Ray, the embedded stack, a
+# multi-node cluster); the 25 slowest tests are listed at the end.
 test: setup
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=25
+
+# The inner loop: every test that starts no gateway stack, cluster or Ray head.
+test-fast: setup
+	$(PY) -m pytest -q -ra --durations=10 -m "not needs_stack and not needs_cluster and not needs_ray"
 
 bench: setup
 	$(PY) benchmarks/runner_overhead.py

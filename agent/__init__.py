@@ -10,6 +10,7 @@ from agent.config import EndpointConfig, RetryPolicy, RunnerConfig, SamplingPara
 from agent.env import ENV_SPEC_VERSION, Feedback, MazeEnv, validate_action
 from agent.errors import AgentError, PolicyError, RetryBudgetExhausted
 from agent.mazes import MazeLayout, generate, generate_from_seed, shortest_path
+from agent.outage import EndpointWaits
 from agent.policies import CallablePolicy, OpenAIPolicy, Policy, PolicyReply, bfs_policy, solver_reply
 from agent.protocol import KEYWORD, PROTOCOLS, TUPLE, HistoryPolicy, Protocol, get_protocol
 from agent.records import EpisodeRecord, StopReason, TurnRecord, read_jsonl, write_jsonl
@@ -28,6 +29,7 @@ from agent.runner import (
 register_envs()
 
 __all__ = [
+    "EndpointWaits",
     "DEFAULT_ENV_ID",
     "ENV_SPEC_VERSION",
     "KEYWORD",

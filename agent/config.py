@@ -17,6 +17,7 @@ DEFAULT_BACKOFF_INITIAL_S = 0.25
 DEFAULT_BACKOFF_MAX_S = 8.0
 DEFAULT_RETRY_AFTER_CAP_S = 30.0
 DEFAULT_EPISODE_RETRY_BUDGET = 16
+DEFAULT_WAIT_BUDGET_S = 300.0
 DEFAULT_MAX_TOKENS = 32
 DEFAULT_CONCURRENCY = 8
 
@@ -54,13 +55,23 @@ class EndpointConfig(ConfigModel):
 
 
 class RetryPolicy(ConfigModel):
-    """How transient endpoint failures (connection, timeout, 408/409/429, 5xx) are retried."""
+    """How transient endpoint failures are retried. An unavailable endpoint (no connection, no answer in
+    time, 502, 503, 504) or a rate limit (429) is waited out for up to ``wait_budget_s`` per request
+    (agent.outage); the other transient failures (408, 409, 500, a reply without choices) are
+    counted in attempts and in the episode's budget."""
 
-    max_attempts: int = Field(DEFAULT_MAX_ATTEMPTS, ge=1, description="attempts per request, first included")
+    max_attempts: int = Field(DEFAULT_MAX_ATTEMPTS, ge=1,
+                              description="attempts per request for failures counted in attempts, first included")
     backoff_initial_s: float = Field(DEFAULT_BACKOFF_INITIAL_S, ge=0, description="first backoff delay")
     backoff_max_s: float = Field(DEFAULT_BACKOFF_MAX_S, ge=0, description="largest backoff delay")
     retry_after_cap_s: float = Field(DEFAULT_RETRY_AFTER_CAP_S, ge=0, description="cap on a server's Retry-After")
-    episode_budget: int = Field(DEFAULT_EPISODE_RETRY_BUDGET, ge=0, description="retries allowed per episode in all")
+    episode_budget: int = Field(DEFAULT_EPISODE_RETRY_BUDGET, ge=0,
+                                description="retries counted in attempts allowed per episode in all")
+    wait_budget_s: float = Field(
+        DEFAULT_WAIT_BUDGET_S, ge=0,
+        description=("seconds one request keeps waiting for an unavailable or rate-limiting endpoint before its "
+                     "episode ends as errored: long enough for a gateway replica to restart; 0 counts those "
+                     "failures in attempts like the others"))
 
 
 class SamplingParams(ConfigModel):

@@ -12,6 +12,7 @@ one episode on one version, and an OpenAI-compatible server that ignores the hea
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,7 @@ from agent.render import AGENT_RGB, CELL_PX, GOAL_RGB, WALL_RGB, decode_data_url
 
 # 408/409/429 and 5xx may pass; other statuses are the request's fault and will not.
 TRANSIENT_STATUSES = frozenset({408, 409, 429})
+READY_POLL_S = 1.0  # how often a waiting run asks the endpoint's /ready
 SESSION_HEADER = "X-Session-Id"  # Ray Serve's session header; the gateway's canary split keys on it
 # The episode the current turn belongs to (set by the runner per episode; each episode runs in its own task).
 EPISODE_SESSION: contextvars.ContextVar[str | None] = contextvars.ContextVar("maze_episode_session", default=None)
@@ -60,6 +62,7 @@ class OpenAIPolicy:
 
         self.endpoint = endpoint
         self.label = endpoint.model
+        self._ready_poll: asyncio.Future | None = None
         # Retries are the runner's (counted and budgeted per episode), so the client makes none.
         self.client = client or AsyncOpenAI(
             base_url=endpoint.base_url, api_key=endpoint.api_key, timeout=endpoint.timeout_s, max_retries=0
@@ -94,7 +97,7 @@ class OpenAIPolicy:
             err.retry_after_s = _retry_after(exc)
             raise err from exc
         if not resp.choices:
-            raise PolicyError("the endpoint returned no choices", transient=True)
+            raise PolicyError("the endpoint returned no choices", transient=True, status_code=200)
         usage = resp.usage
         return PolicyReply(
             text=resp.choices[0].message.content or "",
@@ -103,7 +106,36 @@ class OpenAIPolicy:
             model=resp.model or None,
         )
 
+    async def wait_ready(self, timeout_s: float) -> bool | None:
+        """Wait until the endpoint's readiness probe (``/ready`` beside ``/v1``) answers 200: True
+        when it did within ``timeout_s``, False when not, None when the endpoint has no probe. The
+        episodes of a run waiting at once share one poll."""
+        if self._ready_poll is None or self._ready_poll.done():
+            self._ready_poll = asyncio.ensure_future(self._poll_ready())
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._ready_poll), timeout_s)
+        except TimeoutError:
+            return False
+
+    async def _poll_ready(self) -> bool | None:
+        import httpx
+
+        root = self.endpoint.base_url.rstrip("/").removesuffix("/v1")
+        async with httpx.AsyncClient(timeout=READY_POLL_S * 5) as http:
+            while True:
+                try:
+                    status = (await http.get(f"{root}/ready")).status_code
+                except httpx.HTTPError:
+                    status = None
+                if status == 200:
+                    return True
+                if status in (404, 405):
+                    return None
+                await asyncio.sleep(READY_POLL_S)
+
     async def aclose(self) -> None:
+        if self._ready_poll is not None:
+            self._ready_poll.cancel()
         await self.client.close()
 
 

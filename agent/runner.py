@@ -2,7 +2,8 @@
 
 ``run_episodes_async`` is the one implementation; ``run_episode(s)`` are ``asyncio.run`` shells.
 An endpoint failure that outlives the retry policy ends the episode with ``stop_reason=error``:
-it is never scored as solved or failed.
+it is never scored as solved or failed. An endpoint that is briefly gone (a replica restarting) or
+rate-limiting is waited out (agent.outage) rather than counted in attempts.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from agent.config import EndpointConfig, RunnerConfig
 from agent.env import ENV_SPEC_VERSION, MazeEnv
 from agent.errors import PolicyError, RetryBudgetExhausted
 from agent.mazes import grid_to_rows, shortest_path
+from agent.outage import EndpointWaits, wait_kind
 from agent.policies import EPISODE_SESSION, OpenAIPolicy, Policy, PolicyReply, as_policy
 from agent.protocol import assistant_message, get_protocol, user_message
 from agent.records import EpisodeRecord, StopReason, TurnRecord
@@ -74,30 +76,64 @@ def _reset(env: gym.Env, spec: EpisodeSpec):
     return env.reset(seed=spec.seed, init_state=state)
 
 
-async def _call_with_retries(policy: Policy, messages, cfg: RunnerConfig, state: _RetryState) -> PolicyReply:
+async def _wait_out(policy: Policy, kind: str, wait: float, deadline: float) -> None:
+    """Wait before resending a request the endpoint could not take: until its readiness probe says
+    ready (an unavailable endpoint that has one), else the backoff or the server's Retry-After."""
+    remaining = max(0.0, deadline - time.monotonic())
+    probe = getattr(policy, "wait_ready", None)
+    if kind == "unavailable" and probe is not None:
+        ready = await probe(remaining)
+        if ready is not None:
+            if ready:
+                await asyncio.sleep(min(wait, 0.5))  # ready again: resend soon, not all at once
+            return
+    await asyncio.sleep(min(wait, remaining))
+
+
+async def _call_with_retries(policy: Policy, messages, cfg: RunnerConfig, state: _RetryState,
+                             waits: EndpointWaits) -> PolicyReply:
     retry = cfg.retry
     delay = retry.backoff_initial_s
-    for attempt in range(1, retry.max_attempts + 1):
-        try:
-            return await policy(messages, cfg.sampling)
-        except PolicyError as exc:
-            if not exc.transient:
-                raise
-            if attempt == retry.max_attempts or state.used >= state.budget:
-                raise RetryBudgetExhausted(f"gave up after {attempt} attempt(s): {exc}") from exc
-            wait = delay * (0.5 + random.random())  # jitter spreads concurrent retries
-            if exc.retry_after_s is not None:
-                wait = min(max(wait, exc.retry_after_s), retry.retry_after_cap_s)
-            state.used += 1
-            state.turn_used += 1
-            log.debug("transient failure (%s); retry %d in %.2fs", exc, attempt, wait)
-            await asyncio.sleep(wait)
-            delay = min(delay * 2, retry.backoff_max_s)
-    raise AssertionError("unreachable")  # pragma: no cover
+    attempt, deadline = 0, None  # deadline: set once the request starts waiting for its endpoint
+    try:
+        while True:
+            try:
+                return await policy(messages, cfg.sampling)
+            except PolicyError as exc:
+                if not exc.transient:
+                    raise
+                kind = wait_kind(exc) if retry.wait_budget_s > 0 else None
+                wait = delay * (0.5 + random.random())  # jitter spreads concurrent retries
+                if exc.retry_after_s is not None:
+                    wait = min(max(wait, exc.retry_after_s), retry.retry_after_cap_s)
+                delay = min(delay * 2, retry.backoff_max_s)
+                state.turn_used += 1
+                if kind is None:  # counted in attempts and in the episode's budget
+                    attempt += 1
+                    if attempt >= retry.max_attempts or state.used >= state.budget:
+                        raise RetryBudgetExhausted(f"gave up after {attempt} attempt(s): {exc}") from exc
+                    state.used += 1
+                    log.debug("transient failure (%s); retry %d in %.2fs", exc, attempt, wait)
+                    await asyncio.sleep(wait)
+                    continue
+                if deadline is None:
+                    deadline = time.monotonic() + retry.wait_budget_s
+                    waits.begin()
+                if time.monotonic() >= deadline:
+                    raise RetryBudgetExhausted(
+                        f"endpoint still unavailable after {retry.wait_budget_s:.0f}s: {exc}") from exc
+                waits.note(kind)
+                log.debug("endpoint %s (%s); waiting", kind, exc)
+                await _wait_out(policy, kind, wait, deadline)
+    finally:
+        if deadline is not None:
+            waits.end()
 
 
-async def run_episode_async(policy: Policy | Callable[..., Any], spec: EpisodeSpec, cfg: RunnerConfig) -> EpisodeRecord:
-    """Play one episode and return its record."""
+async def run_episode_async(policy: Policy | Callable[..., Any], spec: EpisodeSpec, cfg: RunnerConfig,
+                            waits: EndpointWaits | None = None) -> EpisodeRecord:
+    """Play one episode and return its record (``waits``: the run's shared :class:`EndpointWaits`)."""
+    waits = waits if waits is not None else EndpointWaits()
     policy = as_policy(policy)
     # One session key per episode: a gateway splitting a name between versions keeps the episode on one.
     EPISODE_SESSION.set(uuid.uuid4().hex)
@@ -130,7 +166,7 @@ async def run_episode_async(policy: Policy | Callable[..., Any], spec: EpisodeSp
         retries.turn_used = 0
         t0 = time.perf_counter()
         try:
-            reply = await _call_with_retries(policy, cfg.history.select(conversation), cfg, retries)
+            reply = await _call_with_retries(policy, cfg.history.select(conversation), cfg, retries, waits)
         except PolicyError as exc:
             record.stop_reason, record.error = StopReason.ERROR, str(exc)
             break
@@ -178,6 +214,7 @@ async def run_episodes_async(
     cfg: RunnerConfig | None = None,
     *,
     on_done: Callable[[EpisodeRecord], Any] | None = None,
+    waits: EndpointWaits | None = None,
 ) -> list[EpisodeRecord]:
     """Play many episodes concurrently (at most ``cfg.concurrency`` at once).
 
@@ -186,6 +223,8 @@ async def run_episodes_async(
         specs: episode specs, or plain seeds.
         cfg: runner config (defaults: maze_2d/simple, tuple protocol, full history, greedy).
         on_done: called with each record as it finishes (progress bars, stores); may be async.
+        waits: shared by the episodes: whether the run waits for its endpoint now, and for how long
+            in all (progress lines and reports read it).
 
     Returns:
         The records, in the order of ``specs``.
@@ -193,11 +232,12 @@ async def run_episodes_async(
     cfg = cfg or RunnerConfig()
     policy = as_policy(policy)
     sem = asyncio.Semaphore(cfg.concurrency)
+    waits = waits if waits is not None else EndpointWaits()
     specs = [s if isinstance(s, EpisodeSpec) else EpisodeSpec(seed=int(s)) for s in specs]
 
     async def one(spec: EpisodeSpec) -> EpisodeRecord:
         async with sem:
-            rec = await run_episode_async(policy, spec, cfg)
+            rec = await run_episode_async(policy, spec, cfg, waits)
         if on_done is not None:
             result = on_done(rec)
             if inspect.isawaitable(result):  # e.g. a store write run in a thread

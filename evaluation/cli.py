@@ -16,10 +16,12 @@ import sys
 import click
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from agent.cli_boundary import boundary_group, json_option
+from agent.outage import EndpointWaits
 from evaluation.config import DEFAULT_SEEDS, EvalConfig
 from evaluation.evaluate import EvalError, EvalResult, UnknownRun, evaluate
 from evaluation.leaderboard import compare, leaderboard
@@ -106,10 +108,24 @@ def _show_gateway_progress() -> None:
     embedded_log.propagate = False
 
 
+class WaitColumn(ProgressColumn):
+    """'waiting for the endpoint (12s)' while the run's requests wait out an outage; empty otherwise."""
+
+    def __init__(self, waits: EndpointWaits):
+        super().__init__()
+        self.waits = waits
+
+    def render(self, task) -> Text:
+        current = self.waits.current_s()
+        return Text("" if current is None else f"waiting for the endpoint ({current:.0f}s)", style="yellow")
+
+
 def _run_with_progress(cfg: EvalConfig, resume: str | None, quiet: bool) -> EvalResult:
     counts = {"solved": 0, "errors": 0, "done": 0}
+    waits = EndpointWaits()
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("solve rate {task.fields[rate]}  errors {task.fields[errors]}"), TimeElapsedColumn()]
+               TextColumn("solve rate {task.fields[rate]}  errors {task.fields[errors]}"), TimeElapsedColumn(),
+               WaitColumn(waits)]
     progress = Progress(*columns, console=console, disable=quiet, transient=False)
     task = progress.add_task("episodes", total=None, rate="-", errors=0)
 
@@ -124,7 +140,7 @@ def _run_with_progress(cfg: EvalConfig, resume: str | None, quiet: bool) -> Eval
         progress.update(task, completed=done, total=total, rate=rate, errors=counts["errors"])
 
     try:
-        return evaluate(cfg, resume=resume, on_episode=on_episode)
+        return evaluate(cfg, resume=resume, on_episode=on_episode, waits=waits)
     finally:
         progress.stop()
 
@@ -142,6 +158,10 @@ def _print_result(r: EvalResult) -> None:
         rr = r.retries
         out.print(f"endpoint failures retried: {rr.retries} retries of {rr.retried_requests} requests in {rr.episodes} "
                   f"episodes, longest recovery {rr.recovery_s:.1f}s, {rr.errored} episodes lost")
+    if r.retries.outages:
+        rr = r.retries
+        limited = f", {rr.rate_limited} rate-limited answers" if rr.rate_limited else ""
+        out.print(f"waited {rr.waited_s:.1f}s for the endpoint in {rr.outages} outage(s){limited}")
     if r.status != "complete":
         out.print(f"[yellow]{s.errors} episodes errored; continue with: maze-eval --resume {r.run_id}[/yellow]")
     out.print(f"next: maze-eval report {r.run_id}  |  maze-eval leaderboard  |  maze-eval compare {r.run_id} OTHER_RUN",

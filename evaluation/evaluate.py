@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from agent.config import EndpointConfig, RunnerConfig, SamplingParams
 from agent.env import ENV_SPEC_VERSION
+from agent.outage import EndpointWaits
 from agent.profiles import DEFAULT_PROFILE, AgentProfile
 from agent.protocol import get_protocol
 from agent.records import EpisodeRecord
@@ -174,6 +175,7 @@ async def evaluate_async(
     *,
     resume: str | None = None,
     on_episode: Callable[[EpisodeRecord, int, int], Any] | None = None,
+    waits: EndpointWaits | None = None,
 ) -> EvalResult:
     """Evaluate one (base, adapter) on the maze set, or resume run ``resume``.
 
@@ -181,6 +183,7 @@ async def evaluate_async(
         cfg: the evaluation config (on resume only endpoint, api_key, concurrency and retry apply).
         resume: a run id to continue: only its missing and errored episodes are played.
         on_episode: progress callback ``(record, done, total)``.
+        waits: the run's :class:`agent.EndpointWaits` (progress lines read whether it waits now).
 
     Raises:
         EvalError: bad input (unknown run, ...). EndpointUnavailable: endpoint or model missing.
@@ -216,7 +219,9 @@ async def evaluate_async(
         # served_model pins the version resolved at the start: a promote meanwhile does not change it.
         endpoint = EndpointConfig(base_url=manifest.endpoint, api_key=cfg.api_key, model=manifest.served_model,
                                   timeout_s=cfg.timeout_s)
-        await run_endpoint_async(endpoint, todo, _runner_config(manifest, cfg), on_done=record)
+        waits = waits if waits is not None else EndpointWaits()
+        await run_endpoint_async(endpoint, todo, _runner_config(manifest, cfg), on_done=record, waits=waits)
+        retries.add_waits(waits)
         rows = await asyncio.to_thread(store.episode_rows, manifest.run_id)
         summary = summarize(rows, manifest.samples)
         status = "complete" if summary.errors == 0 and summary.n == total else "incomplete"

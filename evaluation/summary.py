@@ -37,6 +37,14 @@ class RetryReport(BaseModel):
     errored: int = Field(0, description="episodes that ended on an endpoint error despite the retries")
     recovery_s: float | None = Field(
         None, description="longest wait of a retried request, first attempt to reply: the time to recover it saw")
+    waited_s: float = Field(
+        0.0, description="seconds the run spent waiting for an unavailable or rate-limiting endpoint (agent.outage)")
+    outages: int = Field(0, description="periods in which at least one request waited for the endpoint")
+    rate_limited: int = Field(0, description="429 answers waited out")
+
+    def add_waits(self, waits: Any) -> None:
+        """Take the run's :class:`agent.EndpointWaits` totals."""
+        self.waited_s, self.outages, self.rate_limited = round(waits.waited_s, 2), waits.outages, waits.rate_limited
 
     def add(self, turns: list[Any], errored: bool) -> None:
         """Count one finished episode's turns (``TurnRecord``s)."""

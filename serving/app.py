@@ -28,10 +28,21 @@ LORA_SERVER_CLS = "serving.lora:GatewayLLMServer"
 # serving.cpu_lora_worker.EXTENSION_QUALNAME, spelled out: building the app must not import vLLM.
 CPU_LORA_EXTENSION = "serving.cpu_lora_worker.GroupedLoraWorkerExtension"
 COLOCATED_DEPLOYMENT = "ColocatedGateway"
+ROUTER_PATH = "serving.routing:AdapterSpreadRouter"
 
 
 def _fixed_size(cfg: ServingConfig) -> bool:
     return cfg.replicas.min_replicas == cfg.replicas.max_replicas
+
+
+def _router_config(cfg: ServingConfig) -> dict[str, Any]:
+    """The LLM deployment's request router: serving.routing's, unless the config keeps Ray's (or the
+    layout has no handle between an ingress and the engines to route on)."""
+    if cfg.routing.policy == "affinity" or cfg.layout == "colocated":
+        return {}
+    # serving.routing.ROUTER_PATH, spelled out: building the app must not import Ray's router.
+    return {"request_router_config": {"request_router_class": ROUTER_PATH,
+                                      "request_router_kwargs": {"spread_threshold": cfg.routing.spread_threshold}}}
 
 
 def _deployment_config(cfg: ServingConfig) -> dict[str, Any]:
@@ -39,6 +50,7 @@ def _deployment_config(cfg: ServingConfig) -> dict[str, Any]:
     # The replica actor's custom resources land in the first bundle of its placement group
     # (Ray Serve LLM merges them), which is what pins a replica to a node that offers them.
     placement = {"ray_actor_options": {"resources": dict(r.resources)}} if r.resources else {}
+    placement.update(_router_config(cfg))
     if _fixed_size(cfg):
         # A fixed replica count, not autoscaling with min == max: autoscaling makes every handle
         # push queue metrics to the Serve controller, which on a 2-core node cost ~0.7 CPU under load.

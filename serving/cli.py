@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from agent.cli_boundary import boundary_group, json_option
 from serving.adapters import AdapterStore
+from serving.cli_placement import register as register_placement
 from serving.config import ServingConfig, load_config
 from serving.errors import (
     AdapterExists,
@@ -192,6 +193,9 @@ def adapters(ctx: click.Context, gateway: str | None, api_key: str | None) -> No
     write S3 directly with the caller's AWS credentials (IAM decides; docs/serving.md)."""
     if gateway:
         ctx.find_root().obj["gateway"] = (gateway, api_key)
+
+
+register_placement(adapters, lambda ctx: _config(ctx), lambda cfg: _store(cfg), json_option)
 
 
 @adapters.command("list")

@@ -13,11 +13,15 @@ separate processes of this machine (the way Ray's own multi-node tests do it):
 5. unless ``app=False``, the gateway app from the config (default ``configs/cluster.yaml``:
    ``standard`` layout, 1..2 replicas), waiting for ``/ready``.
 
-The gateway and S3 listen on 127.0.0.1. Ray joins nodes only in its cluster mode, which
-registers a node started with ``--node-ip-address=127.0.0.1`` under the machine's own address
-(traffic stays on this machine). Every node has the same address, so Serve runs one proxy, on the
-head (on KubeRay every node runs one, each on its own pod IP). State (pids, ports, logs) lives in
-``$MAZE_HOME/cluster``.
+Every node has a loopback address of its own: the head ``127.0.0.2``, worker ``i``
+``127.0.0.(2+i)``, as each pod has its own IP on KubeRay. Ray joins nodes only in its cluster mode,
+which registers a node given ``127.0.0.1`` (or ``localhost``) under the machine's network address;
+other loopback addresses it keeps as given, so no traffic between nodes leaves 127.0.0.0/8 and
+nothing listens for it outside loopback. Serve runs a proxy on every node, as production does: all
+of them bind the gateway's address (``127.0.0.1:PORT``) with ``SO_REUSEPORT`` (Serve's default),
+and the kernel spreads connections over them the way a Kubernetes Service spreads them over pods;
+a lost node's proxy closes its socket and drops out. S3 listens on 127.0.0.1. State (pids, ports,
+logs) lives in ``$MAZE_HOME/cluster``.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ from serving.s3 import s3_env
 
 log = logging.getLogger(__name__)
 
-HOST = embedded.HOST
+HOST = embedded.HOST  # the gateway's and S3's address (what clients connect to)
+HEAD_HOST = "127.0.0.2"
 WORKER_CPUS = 2  # logical CPUs per worker: one LLM replica's placement group (replica + engine bundle)
 HEAD_RESOURCE = "maze_head"
 REPLICA_RESOURCE = "maze_replica"
@@ -57,10 +62,18 @@ class ClusterError(ServingError):
     """The local cluster cannot start, or a node command failed."""
 
 
+def node_host(index: int) -> str:
+    """Worker ``index``'s own loopback address (the head is :data:`HEAD_HOST`)."""
+    if not 1 <= index <= 250:
+        raise ClusterError(f"worker index {index} out of range 1..250")
+    return f"127.0.0.{2 + index}"
+
+
 class WorkerNode(BaseModel):
     """One worker node: the ``ray start`` process leading its session, and what it offers."""
 
     index: int
+    host: str
     pid: int
     resources: dict[str, float]
     metrics_port: int
@@ -136,13 +149,13 @@ def _start_head(cfg: ServingConfig, shared: Path, head_cpus: int) -> tuple[int, 
     temp_dir = tempfile.mkdtemp(prefix="maze-rc-", dir="/tmp")  # short: Ray's socket paths stay < 107 chars
     ray_exe = str(Path(sys.executable).with_name("ray"))
     embedded.ensure_auth_token(Path(ray_exe))
-    cmd = [ray_exe, "start", "--head", "--block", f"--node-ip-address={HOST}", f"--port={gcs}",
+    cmd = [ray_exe, "start", "--head", "--block", f"--node-ip-address={HEAD_HOST}", f"--port={gcs}",
            f"--num-cpus={head_cpus}", f"--resources={json.dumps({HEAD_RESOURCE: 1})}",
-           "--include-dashboard=true", f"--dashboard-host={HOST}", f"--dashboard-port={dash}",
+           "--include-dashboard=true", f"--dashboard-host={HEAD_HOST}", f"--dashboard-port={dash}",
            "--disable-usage-stats", f"--temp-dir={temp_dir}", f"--metrics-export-port={metrics}",
            "--object-store-memory=100000000", *_agent_ports()]
     pid = _spawn(cmd, _ray_env(cfg, shared), "head.log")
-    return pid, f"{HOST}:{gcs}", f"http://{HOST}:{dash}", temp_dir, metrics
+    return pid, f"{HEAD_HOST}:{gcs}", f"http://{HEAD_HOST}:{dash}", temp_dir, metrics
 
 
 def start_worker(state: ClusterState, index: int, cfg: ServingConfig | None = None) -> WorkerNode:
@@ -151,7 +164,8 @@ def start_worker(state: ClusterState, index: int, cfg: ServingConfig | None = No
     metrics = embedded._free_port()
     resources = worker_resources(index)
     ray_exe = str(Path(sys.executable).with_name("ray"))
-    cmd = [ray_exe, "start", f"--address={state.ray_address}", "--block", f"--node-ip-address={HOST}",
+    host = node_host(index)
+    cmd = [ray_exe, "start", f"--address={state.ray_address}", "--block", f"--node-ip-address={host}",
            f"--num-cpus={WORKER_CPUS}", f"--resources={json.dumps(resources)}", "--disable-usage-stats",
            f"--metrics-export-port={metrics}", "--object-store-memory=100000000", *_agent_ports()]
     env = _ray_env(cfg, Path(state.shared_dir))
@@ -159,7 +173,7 @@ def start_worker(state: ClusterState, index: int, cfg: ServingConfig | None = No
     # backend would otherwise bind every node's engine to the same first core.
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str((index - 1) % (os.cpu_count() or 1)))
     pid = _spawn(cmd, env, f"worker-{index}.log")
-    return WorkerNode(index=index, pid=pid, resources=resources, metrics_port=metrics)
+    return WorkerNode(index=index, host=host, pid=pid, resources=resources, metrics_port=metrics)
 
 
 def _auth_headers() -> dict[str, str]:
@@ -280,8 +294,8 @@ def _deploy(cfg: ServingConfig, state: ClusterState) -> None:
 
             ray.init(address=state.ray_address, log_to_driver=False, logging_level=logging.WARNING)
             try:
-                # One proxy, on the head: every node shares 127.0.0.1, so only one can bind the port.
-                serve.start(proxy_location="HeadOnly", http_options={"host": cfg.host, "port": cfg.port})
+                # A proxy on every node, each binding the gateway's address with SO_REUSEPORT.
+                serve.start(proxy_location="EveryNode", http_options={"host": cfg.host, "port": cfg.port})
                 serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False,
                           logging_config={"log_level": "WARNING", "enable_access_log": False})
             finally:
@@ -405,9 +419,9 @@ def status() -> dict:
 
 def metrics_urls(state: ClusterState) -> list[str]:
     """Every node's Prometheus endpoint (each node exports the metrics of its own processes)."""
-    ports = [state.head_metrics_port] + [w.metrics_port for w in state.workers]
-    return [f"http://{HOST}:{p}/metrics" for p in ports]
+    nodes_ = [(HEAD_HOST, state.head_metrics_port)] + [(w.host, w.metrics_port) for w in state.workers]
+    return [f"http://{host}:{port}/metrics" for host, port in nodes_]
 
 
-__all__ = ["ClusterError", "ClusterState", "WorkerNode", "down", "kill_worker", "metrics_urls", "nodes", "read_state",
+__all__ = ["ClusterError", "ClusterState", "WorkerNode", "down", "kill_worker", "metrics_urls", "node_host", "nodes", "read_state",
            "restart_worker", "start_worker", "status", "up", "wait_nodes", "worker_of", "worker_resources"]

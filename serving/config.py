@@ -159,6 +159,23 @@ class ReplicaSpec(_Model):
         return self
 
 
+class RoutingSpec(_Model):
+    """How requests for an adapter pick among the LLM replicas (serving.routing)."""
+
+    policy: Literal["spread", "affinity"] = Field(
+        "spread",
+        description=(
+            "'spread': an adapter's requests stay on the replicas holding it while one of them is below "
+            "spread_threshold requests in flight, and go to the least busy replica of all (which loads it) "
+            "once every holder is past it, so a hot adapter uses every replica; 'affinity': Ray Serve's "
+            "default multiplexed routing, which leaves the holders only after their queues stay full "
+            "(max_ongoing_requests) for its 1-2 s matching timeout"))
+    spread_threshold: int = Field(
+        4, ge=1,
+        description=("requests in flight at which a replica holding an adapter counts as busy ('spread'); "
+                     "low spreads sooner (more adapter loads), high keeps more affinity"))
+
+
 Role = Literal["inference", "publisher", "admin"]
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -304,6 +321,7 @@ class ServingConfig(_Model):
     adapters: AdapterStoreSpec = Field(description="the S3 adapter store")
     lora: LoraSpec = Field(default_factory=LoraSpec, description="LoRA limits")
     replicas: ReplicaSpec = Field(default_factory=ReplicaSpec, description="replicas per base model")
+    routing: RoutingSpec = Field(default_factory=RoutingSpec, description="adapter-aware replica choice")
     auth: AuthSpec = Field(default_factory=AuthSpec, description="auth")
     limits: LimitsSpec = Field(default_factory=LimitsSpec, description="request limits")
     layout: Literal["standard", "colocated"] = Field(

@@ -138,3 +138,15 @@ class InvalidImage(BadRequest):
 
 class ImageTooLarge(RequestTooLarge):
     code = "image_too_large"
+
+
+class TooManyPins(ServingError):
+    """Pinning would leave no adapter slot of a replica for the names that are not pinned."""
+
+    status_code, error_type, code = 409, "invalid_request_error", "too_many_pins"
+
+
+class NotPinned(ServingError):
+    """Unpinning a name that is not pinned."""
+
+    status_code, error_type, code = 404, "invalid_request_error", "not_pinned"

@@ -16,6 +16,12 @@ Serve LLM 2.60's loader:
 
 Versioned folder names (``name@version``, immutable) make the disk cache safe: a re-pushed
 adapter has a new folder, never a stale one under the old name.
+
+Residency is Ray's per-replica LRU (``max_num_adapters_per_replica`` = vLLM's ``max_loras``) with
+three changes (:class:`PinnedLRU`): pinned names (``serving.placement``) are never evicted and are
+loaded on every replica without waiting for a request; an evicted adapter is removed from the
+engine too, so what Ray routes by and what vLLM holds stay the same set; and each replica reports
+what it holds (last use, pinned) to the store and in its metrics.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from ray import serve
 from ray.llm._internal.common.utils.lora_utils import get_lora_id
 from ray.llm._internal.serve.core.server.llm_server import LLMServer
 from ray.llm._internal.serve.utils.lora_serve_utils import LoraMirrorConfig, LoraModelLoader
+from ray.serve.multiplex import _ModelMultiplexWrapper
 
 from serving.adapters import CONFIG, WEIGHTS
 from serving.errors import AdapterLoadFailed
@@ -85,12 +92,89 @@ class VerifiedLoraLoader(LoraModelLoader):
         return path
 
 
+MULTIPLEX_ATTR = "__serve_multiplex_wrapper"  # where serve.multiplexed keeps its per-function LRU
+
+
+class PinnedLRU(_ModelMultiplexWrapper):
+    """Ray's per-replica adapter LRU that never evicts a pinned adapter, removes an evicted one from
+    the engine, and keeps each adapter's last use (for ``adapters where``)."""
+
+    def __init__(self, func, max_models: int, server: GatewayLLMServer):
+        super().__init__(func, None, max_models)
+        self.server = server
+        self.last_used: dict[str, float] = {}
+        self.evictions = 0
+
+    async def load_model(self, model_id: str):
+        if model_id not in self.models:
+            self.server.placement_changed()
+        self.last_used[model_id] = time.time()
+        return await super().load_model(model_id)
+
+    async def unload_model_lru(self) -> None:
+        victim = next((m for m in self.models if m not in self.server.pinned_ids), None)
+        if victim is None:  # every slot pinned: pins are bounded below the slots, so only while they change
+            victim = next(iter(self.models))
+        self.models.move_to_end(victim, last=False)  # Ray unloads the first entry
+        await super().unload_model_lru()
+        self.last_used.pop(victim, None)
+        self.evictions += 1
+        name, _, version = get_lora_id(victim).partition("@")
+        metric("evictions").inc(tags={"adapter": name, "version": version})
+        await self.server.remove_from_engine(victim)
+        self.server.placement_changed()
+
+
 class GatewayLLMServer(LLMServer):
-    """Ray Serve LLM's ``LLMServer`` with the verifying adapter loader and race-free registration."""
+    """Ray Serve LLM's ``LLMServer`` with the verifying adapter loader, race-free registration, pinned
+    adapters and placement reports."""
 
     def _init_multiplex_loader(self, model_downloader_cls=None):
         self._lora_registrations: dict[str, asyncio.Future] = {}
+        self.pinned_ids: set[str] = set()
+        self._lru: PinnedLRU | None = None
+        self._placement_task: asyncio.Task | None = None
+        self.placement_dirty = True  # the replica's report must be (re)written
         super()._init_multiplex_loader(model_downloader_cls or VerifiedLoraLoader)
+        func = getattr(self._load_model, "__wrapped__", None)
+        mx = self._llm_config.multiplex_config()
+        if func is not None and mx is not None:
+            try:  # Ray's wrapper finds its LRU on the function: put ours there first
+                self._lru = PinnedLRU(func, mx.max_num_models_per_replica, self)
+                setattr(func, MULTIPLEX_ATTR, self._lru)
+            except Exception:  # noqa: BLE001 - outside a Serve replica (no context): Ray's own LRU
+                log.debug("no replica context: Ray's adapter LRU kept", exc_info=True)
+
+    async def start(self):
+        await super().start()
+        if self._lru is not None and self._llm_config.lora_config is not None:
+            from serving.placement_agent import run_placement
+
+            self._placement_task = asyncio.ensure_future(run_placement(self))
+
+    def placement_changed(self) -> None:
+        self.placement_dirty = True
+
+    async def remove_from_engine(self, model_id: str) -> None:
+        """Drop an evicted adapter from vLLM's served names and its LoRA cache."""
+        try:
+            from vllm.entrypoints.serve.lora.protocol import UnloadLoRAAdapterRequest
+
+            models = getattr(self.engine, "_oai_models", None)
+            request = models.lora_requests.get(model_id) if models is not None else None
+            if request is None:
+                return
+            await models.unload_lora_adapter(UnloadLoRAAdapterRequest(lora_name=model_id))
+            client = getattr(self.engine, "_engine_client", None)
+            if client is not None:
+                await client.remove_lora(request.lora_int_id)
+        except Exception:  # noqa: BLE001 - a failed removal leaves it to vLLM's own LRU
+            log.warning("could not remove evicted adapter %s from the engine", model_id, exc_info=True)
+
+    async def ensure_resident(self, model_id: str) -> None:
+        """Load ``model_id`` (download, verify, register with the engine) unless it is resident."""
+        disk_lora_model = await self._load_model(model_id)
+        await self._register(model_id, disk_lora_model)
 
     async def _maybe_resolve_lora_from_multiplex(self) -> None:
         model_id = serve.get_multiplexed_model_id()
@@ -99,6 +183,9 @@ class GatewayLLMServer(LLMServer):
         if self._llm_config.lora_config is None:
             raise ValueError("Must setup lora config for multiplexed requests.")
         disk_lora_model = await self._load_model(model_id)
+        await self._register(model_id, disk_lora_model)
+
+    async def _register(self, model_id: str, disk_lora_model) -> None:
         task = self._lora_registrations.get(model_id)
         if task is None:
             task = asyncio.ensure_future(self.engine.resolve_lora(disk_lora_model))

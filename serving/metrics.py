@@ -20,11 +20,13 @@ class _Noop:
 
     def observe(self, *a, **k) -> None: ...
 
+    def set(self, *a, **k) -> None: ...
+
 
 @functools.cache
 def _instruments() -> dict:
     try:
-        from ray.util.metrics import Counter, Histogram
+        from ray.util.metrics import Counter, Gauge, Histogram
     except ImportError:  # outside Ray (unit tests): metrics are no-ops
         return {}
     return {
@@ -43,6 +45,11 @@ def _instruments() -> dict:
         "load_latency": Histogram("maze_gateway_adapter_load_latency_seconds",
                                   "adapter download + verification time in a replica", boundaries=LATENCY_BOUNDS_S,
                                   tag_keys=("adapter", "version")),
+        # Placement (serving.lora, serving.placement_agent): per replica through Ray's WorkerId label.
+        "evictions": Counter("maze_gateway_adapter_evictions",
+                             "adapters evicted from a replica (least recently used, never a pinned one)",
+                             tag_keys=("adapter", "version")),
+        "resident": Gauge("maze_gateway_adapters_resident", "adapters resident in a replica", tag_keys=("base",)),
         # Per adapter version (serving.adapter_metrics): labels are published adapters only.
         "adapter_requests": Counter("maze_gateway_adapter_requests",
                                     "engine requests per adapter version by HTTP status",

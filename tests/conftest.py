@@ -11,6 +11,37 @@ import pytest
 from agent.demo import scripted_server
 
 DATA = Path(__file__).resolve().parent / "data"
+# Tests that start real services beyond a scripted server: the embedded stack (any test using the
+# `stack` fixture), a multi-node cluster (tests/cluster/), a plain Ray head (tests/ray_cluster.py).
+# `make test-fast` leaves them out; `make test` runs them last, the stack's own ones at the very end,
+# so the stack starts once and is torn down right after its last test, and the test that stops and
+# restarts it runs when nothing else needs it any more.
+HEAVY_MARKERS = ("needs_stack", "needs_cluster", "needs_ray")
+RESTARTS_STACK = "test_down_returns_when_everything_is_gone_and_up_follows"
+
+
+def pytest_configure(config):
+    for name, what in (("needs_stack", "the embedded gateway stack"), ("needs_cluster", "a multi-node Ray cluster"),
+                       ("needs_ray", "a local Ray head")):
+        config.addinivalue_line("markers", f"{name}: starts {what} (left out by make test-fast)")
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        if item.name == RESTARTS_STACK:
+            return 4
+        if "stack" in getattr(item, "fixturenames", ()):
+            return 3
+        if item.get_closest_marker("needs_cluster") or item.get_closest_marker("needs_ray"):
+            return 1
+        return 0
+
+    for item in items:
+        if "stack" in getattr(item, "fixturenames", ()):
+            item.add_marker("needs_stack")
+        if "tests/cluster/" in item.nodeid:
+            item.add_marker("needs_cluster")
+    items.sort(key=rank)  # stable: file order within each rank
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,9 @@ import pytest
 from agent import (
     TUPLE,
     EndpointConfig,
+    EndpointWaits,
     EpisodeSpec,
+    OpenAIPolicy,
     RetryPolicy,
     RunnerConfig,
     StopReason,
@@ -19,6 +21,7 @@ from agent import (
     replay_frames,
     run_endpoint_async,
     run_episodes,
+    run_episodes_async,
     write_jsonl,
 )
 from agent.env import MazeEnv
@@ -71,15 +74,35 @@ async def test_transient_failures_are_retried(scripted, status):
 
 async def test_retries_are_bounded_and_mark_the_episode_errored(scripted):
     cfg = RunnerConfig(retry=FAST_RETRY)
-    (rec,) = await run_endpoint_async(endpoint(scripted, "bfs?fail_first=99&status=503"), [1], cfg)
+    (rec,) = await run_endpoint_async(endpoint(scripted, "bfs?fail_first=99&status=500"), [1], cfg)
     assert rec.stop_reason is StopReason.ERROR and not rec.success and rec.num_turns == 0
-    assert "503" in rec.error and "4 attempt" in rec.error
+    assert "500" in rec.error and "4 attempt" in rec.error
     assert scripted.stats()["requests"] == 4
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_an_unavailable_or_limiting_endpoint_is_waited_out_past_the_attempts(scripted, status):
+    waits = EndpointWaits()
+    policy = OpenAIPolicy(EndpointConfig(base_url=scripted.url, model=f"bfs?fail_first=9&status={status}"))
+    (rec,) = await run_episodes_async(policy, [1], RunnerConfig(retry=FAST_RETRY), waits=waits)
+    await policy.aclose()
+    assert rec.success and all(t.retries == 9 for t in rec.turns)  # 9 failures per turn, max_attempts 4
+    assert waits.outages == rec.num_turns and waits.waited_s > 0 and waits.waiting_since is None
+    assert waits.rate_limited == (9 * rec.num_turns if status == 429 else 0)
+
+
+async def test_waiting_is_bounded_by_time(scripted):
+    cfg = RunnerConfig(retry=FAST_RETRY.model_copy(update={"wait_budget_s": 0.5}))
+    t0 = time.perf_counter()
+    (rec,) = await run_endpoint_async(endpoint(scripted, "bfs?fail_first=9999&status=503"), [1], cfg)
+    assert rec.stop_reason is StopReason.ERROR and rec.num_turns == 0
+    assert "unavailable after 0s" in rec.error or "unavailable after 1s" in rec.error
+    assert 0.5 <= time.perf_counter() - t0 < 5
 
 
 async def test_episode_retry_budget_is_shared_across_turns(scripted):
     cfg = RunnerConfig(retry=RetryPolicy(max_attempts=4, backoff_initial_s=0.0, episode_budget=5))
-    (rec,) = await run_endpoint_async(endpoint(scripted, "bfs?fail_first=2&status=429"), [1], cfg)
+    (rec,) = await run_endpoint_async(endpoint(scripted, "bfs?fail_first=2&status=500"), [1], cfg)
     # 2 retries per turn: turns 1 and 2 spend 4, turn 3 exhausts the budget of 5.
     assert rec.stop_reason is StopReason.ERROR and rec.num_turns == 2
 
@@ -92,7 +115,7 @@ async def test_permanent_failures_are_not_retried(scripted, model, status):
 
 
 async def test_timeouts_are_honoured(scripted):
-    cfg = RunnerConfig(retry=RetryPolicy(max_attempts=2, backoff_initial_s=0.0))
+    cfg = RunnerConfig(retry=RetryPolicy(max_attempts=2, backoff_initial_s=0.0, wait_budget_s=0.5))
     t0 = time.perf_counter()
     (rec,) = await run_endpoint_async(endpoint(scripted, "bfs?delay=5", timeout_s=0.3), [0], cfg)
     elapsed = time.perf_counter() - t0

@@ -1,8 +1,10 @@
-"""The production layout on a real multi-node Ray cluster (head + 2 worker nodes on 127.0.0.1):
-two LLM replicas, one per worker node, serving base and adapter requests; an evaluation that
-loses a worker node (SIGKILL) mid-run and still completes; readiness through the loss and return.
+"""The production layout on a real multi-node Ray cluster (head + 2 worker nodes, each on its own
+loopback address): two LLM replicas, one per worker node; a hot adapter spreads over both while a
+lightly used one stays on one; base and adapter requests; an evaluation that loses a worker node
+(SIGKILL) mid-run and still completes; readiness through the loss and return; and all of it with
+traffic on 127.0.0.0/8 only (every connection of the cluster's processes sampled throughout).
 
-One cluster for the module (~2-3 min to start on 2 cores); the eval runs 64 mazes at concurrency 16.
+One cluster for the module (~2-3 min to start on 2 cores); the evals run 64 mazes at concurrency 16-32.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 
 from evaluation import EvalConfig, Store, evaluate
 from tests.cluster.conftest import start_cluster
+from tests.net_watch import LoopbackWatch
 from tests.serving.stack import image_messages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +31,21 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def cluster_app(maze_home):
+def loopback(maze_home):
+    """Samples the connections of this module's cluster (and of this process) from before it starts."""
+    from serving import cluster
+
+    def roots():
+        st = cluster.read_state()
+        return [] if st is None else [st.head_pid, st.moto_pid, *(w.pid for w in st.workers)]
+
+    watch = LoopbackWatch(roots).start()
+    yield watch
+    watch.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster_app(maze_home, loopback):
     from serving import cluster
 
     cfg, state = start_cluster(app=True)
@@ -77,6 +94,55 @@ def test_two_replicas_one_per_worker_node(cluster_app):
     replicas = body["replicas"][LLM]
     assert replicas["running"] == replicas["target"] == 2
     assert len(replicas["nodes"]) == 2  # the custom resource placed one replica on each worker node
+
+
+def adapter_loads(samples) -> dict[str, float]:
+    """Successful loads of maze-grpo per replica process (the gateway's counter, by WorkerId)."""
+    out: dict[str, float] = defaultdict(float)
+    for s in samples:
+        if (s.name == "ray_maze_gateway_adapter_loads_total" and s.labels.get("adapter") == "maze-grpo"
+                and s.labels.get("result") == "ok"):
+            out[s.labels["WorkerId"]] += s.value
+    return dict(out)
+
+
+def settled_requests(state, expected_total: float) -> dict[str, float]:
+    """Serve's per-replica request counters of the LLM deployment, once they add up to ``expected_total``
+    (each node's metrics agent exports on its own schedule)."""
+    deadline = time.monotonic() + 90
+    while True:
+        counts = per_replica(scrape(state), "ray_serve_deployment_request_counter_total", deployment=LLM)
+        if sum(counts.values()) >= expected_total or time.monotonic() > deadline:
+            return counts
+        time.sleep(3)
+
+
+def test_hot_adapter_spreads_over_replicas_a_cold_one_stays(cluster_app, tmp_path):
+    """After a quick look at concurrency 1 (the adapter loaded once, on one replica), the full run at
+    concurrency 32 spreads the adapter's requests over both replicas (Serve's own per-replica
+    counters), with the single-node score per seed."""
+    _, state = cluster_app
+    db = str(tmp_path / "eval.sqlite")
+    quick = evaluate(EvalConfig(endpoint=state.base_url, adapter="maze-grpo", seeds=[0, 1], concurrency=1, db=db))
+    assert quick.status == "complete"
+    quick_requests = sum(r["turns"] for r in Store(db).episode_rows(quick.run_id))
+    before = settled_requests(state, quick_requests)
+    loads = adapter_loads(scrape(state))
+    print(f"\nquick look: {quick_requests} requests {before}, loads {loads}")
+    assert sum(loads.values()) == 1 and sum(1 for v in before.values() if v > 0) == 1  # one replica, one load
+
+    full = evaluate(EvalConfig(endpoint=state.base_url, adapter="maze-grpo", concurrency=32, db=db))
+    assert full.status == "complete" and full.summary.n == 64 and full.summary.errors == 0
+    sent = sum(r["turns"] for r in Store(db).episode_rows(full.run_id))
+    after = settled_requests(state, quick_requests + sent)
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    share = max(delta.values()) / sum(delta.values())
+    print(f"full run: {sent} adapter requests, per replica {delta} (largest share {share:.0%}), "
+          f"loads {adapter_loads(scrape(state))}, solved {full.summary.solved}/64")
+    assert len(delta) == 2 and share <= 0.65, delta
+    outcomes = {r["seed"]: bool(r["success"]) for r in Store(db).episode_rows(full.run_id)}
+    reference = gateway_outcomes("maze-grpo")
+    assert [s for s in reference if outcomes[s] != reference[s]] == []
 
 
 def test_base_and_adapter_requests_use_both_replicas(cluster_app):
@@ -196,3 +262,13 @@ def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
     reference = gateway_outcomes("maze-grpo")
     differ = sorted(s for s in reference if outcomes[s] != reference[s])
     assert not differ, f"seeds whose outcome differs from the single-node run: {differ}"
+
+
+def test_traffic_stayed_on_loopback(cluster_app, loopback):
+    """Every connection of the cluster's processes, sampled through this module's tests (cluster start,
+    requests, a node lost and back), had both ends on 127.0.0.0/8; no node registered elsewhere."""
+    loopback.sample()
+    print(f"\n{loopback.samples} samples, {loopback.seen} connections looked at; wildcard listeners "
+          f"(Ray's gRPC servers): {len(loopback.wildcard_listeners)}")
+    assert loopback.samples > 100 and loopback.seen > 1000
+    assert loopback.violations == []

@@ -56,7 +56,8 @@ def test_endpoint_failing_part_way_records_errors_then_resume_completes(db_url):
                 server.kill()
 
         cfg_ = cfg(url, db_url, adapter="slow", concurrency=4)
-        cfg_.retry.max_attempts, cfg_.retry.backoff_initial_s = 2, 0.01
+        # An endpoint that stays down: its requests wait out wait_budget_s, then their episodes error.
+        cfg_.retry.max_attempts, cfg_.retry.backoff_initial_s, cfg_.retry.wait_budget_s = 2, 0.01, 1.0
         result = evaluate(cfg_, on_episode=kill_after_some)
     assert result.status == "incomplete"
     s = result.summary
@@ -118,3 +119,4 @@ def test_retried_requests_are_reported(scripted, db_url):
     rr = result.retries
     assert rr.retries == rr.retried_requests == turns and rr.episodes == 8 and rr.errored == 0
     assert rr.recovery_s is not None and rr.recovery_s > 0
+    assert rr.outages >= 1 and rr.waited_s > 0 and rr.rate_limited == 0  # 503s are waited out, and reported

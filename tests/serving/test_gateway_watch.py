@@ -31,7 +31,7 @@ from training.cli import main as maze_train
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = "0-7"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs_ray]
 
 
 def tiny_spec(tmp: Path, steps: int) -> str:

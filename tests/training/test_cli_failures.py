@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from tests.cli_support import assert_json_error, assert_one_line, closed_port, run_cli
 
 
@@ -57,6 +59,7 @@ def test_no_permission():
     assert verbose.returncode == 2 and "Traceback" in verbose.stderr
 
 
+@pytest.mark.needs_ray
 def test_cluster_requires_a_token(tmp_path):
     """A real head with Ray token auth on, a client not set up to send the token: one line saying what to set."""
     from tests.ray_cluster import local_ray_cluster

@@ -15,7 +15,7 @@ from tests.ray_cluster import local_ray_cluster
 from training.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs_ray]
 
 
 @pytest.fixture(scope="module")
