@@ -146,6 +146,11 @@ class ReplicaSpec(_Model):
         description=(
             "custom Ray resources each LLM replica takes, e.g. {maze_replica: 1}: with nodes that offer one "
             "unit each, no node holds two replicas (placement is explicit, not left to the scheduler)"))
+    ingress_replicas: int | None = Field(
+        None, ge=1,
+        description="ingress replicas (layout 'standard'), a fixed number; None: one when the LLM replicas are a "
+                    "fixed number, else Ray Serve LLM's ingress autoscaling. Limits and usage hold across them "
+                    "when auth.store is shared (redis)")
     ingress_resources: dict[str, float] = Field(
         default_factory=dict,
         description="custom Ray resources the ingress replica takes, e.g. {maze_head: 0.01} to keep it on the head")

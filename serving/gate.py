@@ -71,6 +71,12 @@ class Gate:
         await self.usage.add(principal.name, model, increments(status, usage))
 
 
+def route_path(scope) -> str:
+    """The request's path within the app (an app mounted under a prefix sees the prefix in ``root_path``)."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    return path[len(root):] or "/" if root and path.startswith(root) else path
+
+
 def bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
     for name, value in headers:
         if name == b"authorization":
@@ -94,7 +100,7 @@ class GateMiddleware:
         self.app, self.gate = app, gate
 
     async def __call__(self, scope, receive, send):
-        path = scope.get("path", "")
+        path = route_path(scope)
         if scope["type"] != "http" or not self.gate.spec.enabled or path in OPEN_PATHS:
             return await self.app(scope, receive, send)
         principal = self.gate.keys.lookup(bearer(scope["headers"]))
@@ -108,7 +114,7 @@ class GateMiddleware:
                 return await self.app(scope, receive, send)
             finally:
                 CALLER.reset(token)
-        await self._metered(principal, scope, receive, send)
+        await self._metered(principal, path, scope, receive, send)
 
     async def _admit(self, principal: Principal, request_id: str, send) -> Decision | None:
         """The limiter's decision, or None when the key has no limits; a refusal is answered here."""
@@ -121,7 +127,7 @@ class GateMiddleware:
                              decision.headers())
         return decision
 
-    async def _metered(self, principal: Principal, scope, receive, send) -> None:
+    async def _metered(self, principal: Principal, path: str, scope, receive, send) -> None:
         request_id = uuid.uuid4().hex
         try:
             decision = await self._admit(principal, request_id, send)
@@ -132,7 +138,7 @@ class GateMiddleware:
             return await self.gate.record(principal, NO_MODEL, 429, None)
         caller, scanner = Caller(principal), UsageScanner()
         extra = decision.headers() if decision is not None else []
-        scan = scope["path"] in TOKEN_ROUTES
+        scan = path in TOKEN_ROUTES
         state = {"status": 500, "started": False}
 
         async def gated_send(message):

@@ -118,6 +118,10 @@ def render_rayservice(cfg: ServingConfig) -> dict[str, Any]:
             "serveConfigV2": yaml.safe_dump(serve_config(cfg), sort_keys=False),
             "rayClusterConfig": {
                 "rayVersion": RAY_VERSION,
+                # Ray's token auth on every pod (KubeRay makes the token Secret): each Serve replica's
+                # inter-deployment gRPC server listens on every interface, and with the token on it
+                # refuses any call without the cluster's token (docs/serving.md, listeners).
+                "authOptions": {"mode": "token"},
                 "enableInTreeAutoscaling": replicas.max_replicas > replicas.min_replicas,
                 # The head schedules no replicas (num-cpus 0): engines land on the workers.
                 "headGroupSpec": {"rayStartParams": head_params,

@@ -30,7 +30,7 @@ TENANTS = {"keys": [
     {"name": "rpm-60", "role": "inference", "models": ["maze-tiny"], "secrets": [RPM_KEY], "limits": {"requests": 60}},
     # maze-eval under a limit below the stack's pace (~7 turns/s with maze-grpo at c=8).
     {"name": "eval-limited", "role": "inference", "models": ["maze-tiny", "maze-tiny:maze-grpo"],
-     "secrets": [EVAL_KEY], "limits": {"requests": 15, "window_s": 5}},
+     "secrets": [EVAL_KEY], "limits": {"requests": 25, "window_s": 5}},
 ]}
 
 

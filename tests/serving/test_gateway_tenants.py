@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -174,17 +173,17 @@ def test_maze_eval_under_a_rate_limited_key(stack, tmp_path):
     with http(stack, OPS) as h:
         rows = h.get("/v1/usage", params={"since": "1h", "key": "eval-limited"}).json()["data"]
     refused = sum(r["errors"] for r in rows if r["model"] == "-")
-    print(f"\nmaze-eval under 15 req / 5 s: {result.summary.solved}/64 in {wall:.0f}s, {rr.rate_limited} answers "
+    print(f"\nmaze-eval under 25 req / 5 s: {result.summary.solved}/64 in {wall:.0f}s, {rr.rate_limited} answers "
           f"429 waited out ({rr.waited_s:.0f}s waiting), gateway counted {refused} refused")
     assert refused >= rr.rate_limited  # the gateway's count of its 429s (plus the preflight's, if any)
 
 
 def test_usage_per_key_and_model(stack, team_adapters):
     own, _ = team_adapters
-    marker = uuid.uuid4().hex[:6]
     a = client(stack, TEAM_A)
     for _ in range(3):
-        a.chat.completions.create(model=own, messages=TEXT, max_tokens=2, user=marker)
+        a.chat.completions.create(model=own, messages=TEXT, max_tokens=2)
+    client(stack, TEAM_B).models.list()
     r = CliRunner().invoke(serve_cli, ["usage", "--gateway", stack.base_url, "--api-key", TEAM_A, "--since", "1h",
                                        "--json"])
     assert r.exit_code == 0, r.output

@@ -50,6 +50,12 @@ def test_serve_config_carries_the_whole_serving_config():
     assert volume["secret"]["secretName"] == "maze-gateway-keys"
 
 
+def test_ray_token_auth_is_on_in_the_cluster():
+    """Each replica's gRPC server listens on every interface: the cluster's Ray token closes it."""
+    m = render_rayservice(ServingConfig.shipped("production"))
+    assert m["spec"]["rayClusterConfig"]["authOptions"] == {"mode": "token"}
+
+
 def test_flat_api_keys_render_as_an_env_secret():
     data = ServingConfig.shipped("production").model_dump(mode="json")
     data["auth"] = {"api_keys_env": "MAZE_API_KEYS"}
