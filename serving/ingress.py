@@ -8,9 +8,11 @@
   so replicas load immutable, complete versions; unknown base 404, bad name 400, S3 trouble 503;
 * request checks (``serving.limits``: OpenAI's roles and a required ``model``, image URLs, bytes
   and pixels) on every engine route before the engine sees the request, and, in
-  :class:`GatewayMiddleware`, bearer auth, the body size limit and request metrics;
+  :class:`GatewayMiddleware`, the body size limit and request metrics;
+* API keys (``serving.gate``, inside that middleware: key, limits, usage): a model outside the
+  caller's scope is OpenAI's 404 before anything is looked up, and absent from ``/v1/models``;
 * ``/v1/models`` from the store (paginated, ``?after=&limit=``, ``agent_profile`` on bases),
-  ``/health`` and ``/ready``;
+  ``/health``, ``/ready``, and the management routes of ``serving.admin_api``;
 * one error handler: every error leaves as ``{"error": {"message", "type", "code"}}``.
 
 :func:`create_app` builds the FastAPI app the ingress is served with (Ray's own app factory, so
