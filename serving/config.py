@@ -266,7 +266,9 @@ class RateStoreSpec(_Model):
     on_error: Literal["open", "closed"] = Field(
         "open", description="when the store cannot be reached: 'open' admits requests under this replica's own "
                             "in-process counters (limits then hold per replica), 'closed' answers 503")
-    timeout_s: float = Field(0.25, gt=0, description="timeout of one store call")
+    timeout_s: float = Field(
+        1.0, gt=0, description="timeout of one store call (a Redis call takes well under a millisecond; the margin "
+                               "is for a replica whose event loop is busy)")
     retry_after_error_s: float = Field(
         5.0, ge=0, description="after a failed store call, seconds the replica goes straight to `on_error` before "
                                "trying the store again (an outage does not cost every request a timeout)")

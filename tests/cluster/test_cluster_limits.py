@@ -43,7 +43,7 @@ def limited_cluster(maze_home, tmp_path_factory):
     os.environ["MAZE_TEST_REDIS_URL"], os.environ["MAZE_TEST_CLUSTER_KEYS"] = redis.url, yaml.safe_dump(KEYS)
     data = cluster_stack_config(ingress_replicas=2).model_dump(mode="json")
     data["auth"] = {"keys_env": "MAZE_TEST_CLUSTER_KEYS",
-                    "store": {"kind": "redis", "url_env": "MAZE_TEST_REDIS_URL", "on_error": "closed"}}
+                    "store": {"kind": "redis", "url_env": "MAZE_TEST_REDIS_URL", "on_error": "closed", "timeout_s": 2.0}}
     cfg = ServingConfig.model_validate(data)
     try:
         state = cluster.up(cfg, workers=2, app=True, progress=lambda msg: print(f"... {msg}", flush=True))
@@ -83,6 +83,8 @@ def test_one_limit_across_two_ingress_replicas(limited_cluster):
     def one(_):
         r = httpx.post(f"{root}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"},
                        timeout=120)
+        if r.status_code not in (200, 429):
+            return r.status_code, r.text[:300], None
         return r.status_code, r.headers.get("x-ratelimit-remaining-requests"), r.headers.get("retry-after")
 
     t0 = time.monotonic()
@@ -92,7 +94,7 @@ def test_one_limit_across_two_ingress_replicas(limited_cluster):
     assert elapsed < WINDOW_S / 2, f"the burst took {elapsed:.0f}s: the window must hold all of it"
     ok = [r for r in results if r[0] == 200]
     limited = [r for r in results if r[0] == 429]
-    assert len(ok) + len(limited) == SENT, sorted({r[0] for r in results})
+    assert len(ok) + len(limited) == SENT, [r for r in results if r[0] not in (200, 429)][:3]
     assert len(ok) == LIMIT, f"{len(ok)} admitted of {SENT} with a limit of {LIMIT} (one store for both replicas)"
     assert sorted(int(r[1]) for r in ok) == list(range(LIMIT))  # one countdown, shared
     assert all(r[2] is not None and 1 <= int(r[2]) <= WINDOW_S for r in limited)
