@@ -31,3 +31,4 @@ bench: setup
 	$(PY) benchmarks/rollout_cache.py
 	$(PY) benchmarks/lora_parity.py
 	$(PY) benchmarks/recovery.py
+	$(PY) benchmarks/auth_overhead.py

@@ -195,7 +195,15 @@ def adapters(ctx: click.Context, gateway: str | None, api_key: str | None) -> No
         ctx.find_root().obj["gateway"] = (gateway, api_key)
 
 
-register_placement(adapters, lambda ctx: _config(ctx), lambda cfg: _store(cfg), json_option)
+def _s3_store(cfg: ServingConfig) -> AdapterStore:
+    """The S3 store itself: placement (pin, unpin, where) has no gateway route."""
+    if click.get_current_context().find_root().obj.get("gateway") is not None:
+        raise BadRequest("pin, unpin and where write the store directly (no gateway route): run them without "
+                         "--gateway / MAZE_GATEWAY_URL, with the store's credentials")
+    return _store(cfg)
+
+
+register_placement(adapters, lambda ctx: _config(ctx), _s3_store, json_option)
 
 
 @adapters.command("list")

@@ -203,3 +203,12 @@ async def test_upload_size_limit_is_its_own(gateway, tmp_path):
         assert err["code"] == "request_too_large"
         resp = await c.post("/v1/adapters/big/versions", content=b"x" * 5000)
         assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_adapter"  # not a tar: read whole
+
+
+def test_placement_commands_refuse_the_gateway_path():
+    from click.testing import CliRunner
+
+    from serving.cli import main as serve_cli
+
+    r = CliRunner().invoke(serve_cli, ["adapters", "--gateway", "http://127.0.0.1:9/v1", "where"])
+    assert r.exit_code == 2 and "no gateway route" in r.output

@@ -76,7 +76,7 @@ def test_a_key_sees_and_calls_only_its_models(stack, team_adapters):
         assert err["message"] == expected
         board = h.get("/v1/leaderboard")
         assert board.status_code == 200 and all(r["model"] in (stack.base, own) for r in board.json()["data"])
-        openai_shaped(h.get(f"/v1/adapters/team-b-agent/history"), 404)
+        openai_shaped(h.get("/v1/adapters/team-b-agent/history"), 404)
         assert [r["name"] for r in h.get("/v1/adapters").json()["data"]] == ["team-a-agent"]
 
 
