@@ -13,10 +13,10 @@ from agent.mazes import MazeLayout, generate, generate_from_seed, shortest_path
 from agent.outage import EndpointWaits
 from agent.policies import CallablePolicy, OpenAIPolicy, Policy, PolicyReply, bfs_policy, solver_reply
 from agent.protocol import KEYWORD, PROTOCOLS, TUPLE, HistoryPolicy, Protocol, get_protocol
-from agent.records import EpisodeRecord, StopReason, TurnRecord, read_jsonl, write_jsonl
+from agent.records import EpisodeRecord, StopReason, TurnRecord, is_scored, read_jsonl, write_jsonl
 from agent.registration import DEFAULT_ENV_ID, VARIANTS, get_variant, register_envs
 from agent.render import png_data_url, render_frame
-from agent.replay import replay_frames, save_gif
+from agent.replay import replay_conversation, replay_frames, save_gif
 from agent.runner import (
     EpisodeSpec,
     run_endpoint_async,
@@ -62,10 +62,12 @@ __all__ = [
     "generate_from_seed",
     "get_protocol",
     "get_variant",
+    "is_scored",
     "png_data_url",
     "read_jsonl",
     "register_envs",
     "render_frame",
+    "replay_conversation",
     "replay_frames",
     "run_endpoint_async",
     "run_episode",

@@ -33,6 +33,25 @@ ProtocolName = Annotated[str, AfterValidator(lambda v: get_protocol(v).name)]
 History = Annotated[HistoryPolicy, BeforeValidator(lambda v: HistoryPolicy.parse(v) if isinstance(v, str) else v)]
 
 
+def parse_seeds(text: str) -> list[int]:
+    """``"0-63"``, ``"1,5,9"`` or ``"0-7,20"`` -> sorted unique seeds."""
+    seeds: set[int] = set()
+    try:
+        for part in text.split(","):
+            lo, sep, hi = part.strip().partition("-")
+            if sep:
+                if int(hi) < int(lo):
+                    raise ValueError
+                seeds.update(range(int(lo), int(hi) + 1))
+            else:
+                seeds.add(int(lo))
+    except ValueError:
+        raise ValueError(f"seeds must look like '0-63' or '1,5,9', got {text!r}") from None
+    if any(s < 0 for s in seeds):
+        raise ValueError("seeds must be >= 0")
+    return sorted(seeds)
+
+
 class ConfigModel(BaseModel):
     """Base of every config: unknown keys are errors; loadable from YAML."""
 

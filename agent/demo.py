@@ -14,7 +14,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from agent.config import EndpointConfig, RunnerConfig
+from agent.config import EndpointConfig, RunnerConfig, parse_seeds
 from agent.records import EpisodeRecord, write_jsonl
 from agent.replay import save_gif
 from agent.runner import run_endpoint_async
@@ -45,16 +45,8 @@ def scripted_server():
         yield url
 
 
-def _parse_seeds(text: str) -> list[int]:
-    seeds: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        seeds += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
-    return seeds
-
-
 def summarise(records: list[EpisodeRecord]) -> str:
-    done = [r for r in records if r.stop_reason.value != "error"]
+    done = [r for r in records if r.scored]
     solved = sum(r.success for r in done)
     errors = len(records) - len(done)
     rate = solved / len(done) if done else 0.0
@@ -76,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
     cfg = RunnerConfig(env_id=args.env, concurrency=args.concurrency)
-    seeds = _parse_seeds(args.seeds)
+    seeds = parse_seeds(args.seeds)
     done: list[EpisodeRecord] = []
 
     def progress(rec: EpisodeRecord) -> None:

@@ -3,6 +3,9 @@
 The runner, ``maze-eval`` and the gateway use a base model's profile by default so users never
 have to remember it. A gateway reports it per model in ``/v1/models`` (``agent_profile``); a model
 folder carries it as ``agent_profile.json``; unknown models get VisGym's defaults (tuple, full).
+:class:`AgentProfile` is the one parser of a profile: the lab reads its model folders through it,
+and the gateway's config (``serving.config.AgentProfileSpec``, which cannot import agent) only
+checks the same shape, kept in step by ``tests/test_agent_profiles.py``.
 """
 
 from __future__ import annotations
@@ -40,9 +43,14 @@ class AgentProfile(BaseModel):
 DEFAULT_PROFILE = AgentProfile()
 
 
-def load_profile(model_dir: str | Path) -> AgentProfile:
-    """The profile stored in a model folder, or the default when it has none."""
+def profile_data(model_dir: str | Path) -> dict | None:
+    """A model folder's ``agent_profile.json`` as stored (it may name more than the profile, e.g. its
+    env), or None when the folder has none."""
     path = Path(model_dir) / PROFILE_FILE
-    if not path.is_file():
-        return DEFAULT_PROFILE
-    return AgentProfile.from_dict(json.loads(path.read_text()))
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def load_profile(model_dir: str | Path, default: AgentProfile = DEFAULT_PROFILE) -> AgentProfile:
+    """The profile stored in a model folder, or ``default`` when it has none."""
+    data = profile_data(model_dir)
+    return default if data is None else AgentProfile.from_dict(data)

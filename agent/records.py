@@ -23,6 +23,13 @@ class StopReason(str, Enum):
     ERROR = "error"  # the endpoint failed for good: neither solved nor failed
 
 
+def is_scored(stop_reason: StopReason | str) -> bool:
+    """Whether an episode that ended for ``stop_reason`` counts in a score: every outcome does but an
+    endpoint error, which says nothing about the model (it is retried on resume, never scored as
+    a failure). The one statement of that rule: records, store rows and summaries all ask here."""
+    return StopReason(stop_reason) is not StopReason.ERROR
+
+
 class TurnRecord(BaseModel):
     """One turn: the model's reply and what the environment made of it."""
 
@@ -72,6 +79,11 @@ class EpisodeRecord(BaseModel):
         return len(self.turns)
 
     @property
+    def scored(self) -> bool:
+        """Whether the episode counts in a score (:func:`is_scored`: not an endpoint error)."""
+        return is_scored(self.stop_reason)
+
+    @property
     def invalid_actions(self) -> int:
         """Turns whose reply did not parse or failed validation (wall bumps are valid)."""
         return sum(t.feedback_code not in ("EXECUTED", "HIT_WALL") for t in self.turns)
@@ -95,6 +107,11 @@ class EpisodeRecord(BaseModel):
     def total_tokens(self) -> int:
         return sum((t.prompt_tokens or 0) + (t.completion_tokens or 0) for t in self.turns)
 
+    @property
+    def completion_tokens(self) -> int:
+        """Tokens the model generated over the episode (what a reply costs to produce)."""
+        return sum(t.completion_tokens or 0 for t in self.turns)
+
     def summary(self) -> dict[str, Any]:
         """Flat metrics, for tables and stores."""
         return {
@@ -109,6 +126,7 @@ class EpisodeRecord(BaseModel):
             "invalid_actions": self.invalid_actions,
             "wall_bumps": self.wall_bumps,
             "total_tokens": self.total_tokens,
+            "completion_tokens": self.completion_tokens,
             "error": self.error,
         }
 

@@ -1,10 +1,11 @@
-"""Replay a recorded episode into frames (for GIFs and reports)."""
+"""Replay a recorded episode into frames (for GIFs and reports) or into the conversation the model had."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from agent.env import MazeEnv
+from agent.protocol import Message, assistant_message, get_protocol, user_message
 from agent.records import EpisodeRecord
 
 
@@ -33,3 +34,17 @@ def save_gif(record: EpisodeRecord, path: str, *, ms_per_frame: int = 400) -> No
     images = [Image.fromarray(f) for f in replay_frames(record)]
     durations = [ms_per_frame] * (len(images) - 1) + [ms_per_frame * 3]
     images[0].save(path, save_all=True, append_images=images[1:], duration=durations, loop=0)
+
+
+def replay_conversation(record: EpisodeRecord) -> list[Message]:
+    """The whole conversation of an episode, as the runner built it turn by turn: the turn-1 text
+    and frame, then each reply and the env's answer to it (feedback, or the parse-failure text, with
+    the frame after the turn), the answer to the last reply included. The model saw each turn's
+    messages through the run's history policy; this is everything, for transcripts and logs."""
+    proto = get_protocol(record.protocol)
+    frames = replay_frames(record)
+    height, width = len(record.maze), len(record.maze[0])
+    messages = [user_message(proto.initial_text(height, width), frames[0])]
+    for turn, frame in zip(record.turns, frames[1:]):
+        messages += [assistant_message(turn.reply), user_message(turn.feedback, frame)]
+    return messages

@@ -129,14 +129,6 @@ def create_app() -> FastAPI:
     return app
 
 
-def _free_port(host: str) -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 def main() -> None:
     import uvicorn
 
@@ -145,16 +137,17 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    port = args.port or _free_port(args.host)
-    # Let uvicorn bind the port itself: on a pre-bound socket it leaves Nagle on for accepted
-    # connections, which stalls keep-alive requests by ~40 ms (delayed ACK).
-    server = uvicorn.Server(uvicorn.Config(create_app(), host=args.host, port=port, log_level="warning", access_log=False))
+    # Let uvicorn bind the port itself (port 0: the kernel picks a free one): on a pre-bound socket
+    # it leaves Nagle on for accepted connections, which stalls keep-alive requests by ~40 ms (delayed ACK).
+    server = uvicorn.Server(uvicorn.Config(create_app(), host=args.host, port=args.port, log_level="warning",
+                                           access_log=False))
 
     async def serve() -> None:
         task = asyncio.create_task(server.serve())
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
         if server.started:
+            port = server.servers[0].sockets[0].getsockname()[1]  # the one bound, when --port was 0
             print(f"READY http://{args.host}:{port}/v1", flush=True)
         await task
 

@@ -10,21 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from serving.config import REPO_ROOT, ServingConfig
+from serving.ports import free_port
 
 LAYOUT_ENV = "MAZE_TEST_LAYOUT"  # run the stack tests on the other layout: MAZE_TEST_LAYOUT=standard|colocated
 INGRESS_ENV = "MAZE_TEST_INGRESS"  # and on the other ingress: MAZE_TEST_INGRESS=proxy|direct
 CACHE = Path.home() / ".cache" / "maze-gateway" / "dev"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

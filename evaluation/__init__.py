@@ -1,7 +1,8 @@
 """maze-gateway evaluation: score adapters on the fixed maze set, keep a leaderboard, write reports."""
 
 from evaluation.config import EvalConfig, parse_seeds
-from evaluation.evaluate import EndpointUnavailable, EvalError, EvalResult, UnknownRun, evaluate, evaluate_async
+from evaluation.errors import EndpointUnavailable, EvalError, UnknownRun
+from evaluation.evaluate import EvalResult, evaluate, evaluate_async
 from evaluation.leaderboard import Comparison, LeaderboardRow, compare, leaderboard
 from evaluation.manifest import RunManifest
 from evaluation.served import ServedCurve, ServedPoint, record_served_step, served_curves, served_run_name

@@ -18,6 +18,7 @@ never imports ``evaluation``.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import httpx
@@ -29,7 +30,7 @@ from agent.policies import OpenAIPolicy
 from agent.registration import DEFAULT_ENV_ID
 from agent.runner import EpisodeSpec, run_episodes_async
 from evaluation.leaderboard import leaderboard
-from evaluation.store import Store
+from evaluation.store import Store, resolve_db_url
 from serving.errors import ModelAccessDenied
 
 router = APIRouter(tags=["evaluation"])
@@ -96,9 +97,16 @@ async def play_episode(body: EpisodeRequest, request: Request) -> dict[str, Any]
         (record,) = await run_episodes_async(policy, [EpisodeSpec(seed=body.seed)], cfg)
     finally:
         await policy.aclose()
-    if record.stop_reason.value == "error" and record.num_turns == 0 and "HTTP 404" in (record.error or ""):
+    if not record.scored and record.num_turns == 0 and "HTTP 404" in (record.error or ""):
         raise HTTPException(404, f"model {body.model!r} not found: {record.error}")
     return record.model_dump(mode="json")
+
+
+@functools.cache
+def _store(url: str) -> Store:
+    """The results store at ``url``, built once per process (its engine pools connections for
+    every request after the first)."""
+    return Store(url)
 
 
 @router.get("/v1/leaderboard")
@@ -106,10 +114,8 @@ async def get_leaderboard(request: Request, env: str | None = None) -> dict[str,
     visible = _visible(request)  # a key sees the rows of the models it may call
 
     def read() -> list[dict[str, Any]]:
-        store = Store()
-        try:
-            return [{"model": r.model, **r.model_dump(mode="json")} for r in leaderboard(store, env) if visible(r.model)]
-        finally:
-            store.close()
+        # The URL is read per request (MAZE_DB or the default file), the store behind it kept.
+        store = _store(resolve_db_url(None))
+        return [{"model": r.model, **r.model_dump(mode="json")} for r in leaderboard(store, env) if visible(r.model)]
 
     return {"object": "list", "data": await asyncio.to_thread(read)}

@@ -1,9 +1,9 @@
 """``maze-eval``: score an adapter on the fixed maze set; leaderboard, compare and report.
 
-Exit codes (stable): 0 done, 1 run incomplete (errored episodes remain; ``--resume`` retries
-them) or an unexpected error, 2 bad input (options, unknown run, results database path or URL, no
-permission), 3 endpoint, model or results database unavailable (the embedded gateway could not
-start, e.g. its port is taken), 130 interrupted. Every failure is one line on stderr (with
+Exit codes (stable; agent.cli_boundary's table): 0 done, 1 run incomplete (errored episodes
+remain; ``--resume`` retries them) or an unexpected error, 2 bad input (options, unknown run,
+results database path or URL, no permission), 3 endpoint, model or results database unavailable
+(the embedded gateway could not start, e.g. its port is taken), 130 interrupted. Every failure is one line on stderr (with
 ``--json``: ``{"error", "exit_code"}`` on stdout); ``--verbose`` adds the traceback.
 """
 
@@ -20,39 +20,26 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Table
 from rich.text import Text
 
-from agent.cli_boundary import boundary_group, json_option
+from agent.cli_boundary import EXIT_INCOMPLETE, EXIT_OK, boundary_group, json_option
 from agent.outage import EndpointWaits
 from evaluation.config import DEFAULT_SEEDS, EvalConfig
-from evaluation.evaluate import EvalError, EvalResult, UnknownRun, evaluate
+from evaluation.errors import EvalError, UnknownRun, database_failure
+from evaluation.evaluate import EvalResult, evaluate
 from evaluation.leaderboard import compare, leaderboard
 from evaluation.store import Store
 
-EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 0, 1, 2, 3
 console = Console(stderr=True)
-
-
-def _error_of(exc: BaseException) -> tuple[int, str] | None:
-    """maze-eval's expected failures (see the module docstring for the codes)."""
-    from sqlalchemy import exc as sa
-
-    if isinstance(exc, EvalError):
-        return exc.exit_code, str(exc)
-    if isinstance(exc, sa.ArgumentError):
-        return EXIT_BAD_INPUT, f"bad results database URL: {exc}"
-    if isinstance(exc, sa.OperationalError):
-        url = getattr(exc, "url", None) or "the results database"
-        if "unable to open database file" in str(exc.orig):
-            return EXIT_BAD_INPUT, (f"cannot open the results database file ({exc.orig}); "
-                                    "check --db and its folder's permissions")
-        return EXIT_UNAVAILABLE, f"{url} unavailable: {str(exc.orig).strip()}"
-    return None
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-@click.group(cls=boundary_group(_error_of), invoke_without_command=True,
+def _tokens(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
+@click.group(cls=boundary_group(database_failure), invoke_without_command=True,
              context_settings={"auto_envvar_prefix": "MAZE", "help_option_names": ["-h", "--help"]})
 @click.option("--endpoint", help="OpenAI-compatible base URL (default: the embedded gateway)")
 @click.option("--api-key", default="EMPTY", show_default=True, help="bearer token for the endpoint")
@@ -134,7 +121,7 @@ def _run_with_progress(cfg: EvalConfig, resume: str | None, quiet: bool) -> Eval
             progress.start()
         counts["done"] += 1
         counts["solved"] += rec.success
-        counts["errors"] += rec.stop_reason.value == "error"
+        counts["errors"] += not rec.scored
         scored = counts["done"] - counts["errors"]
         rate = f"{counts['solved'] / scored:.1%}" if scored else "-"
         progress.update(task, completed=done, total=total, rate=rate, errors=counts["errors"])
@@ -154,6 +141,7 @@ def _print_result(r: EvalResult) -> None:
         out.print(f"pass@{s.k} = {s.pass_at_k:.1%}")
     out.print(f"mean turns when solved {s.mean_turns_solved or 0:.2f}, path efficiency {_pct(s.path_efficiency)}, "
               f"invalid actions {_pct(s.invalid_action_rate)}")
+    out.print(f"tokens per solved episode {_tokens(s.tokens_per_solve)} (completion {_tokens(s.completion_tokens_per_solve)})")
     if r.retries.retries:
         rr = r.retries
         out.print(f"endpoint failures retried: {rr.retries} retries of {rr.retried_requests} requests in {rr.episodes} "
@@ -172,7 +160,8 @@ def _print_result(r: EvalResult) -> None:
 @click.option("--env", "env_id", help="only this maze variant")
 @click.option("--curves", is_flag=True, help="also show training curves: each run's served curve beside the "
                                              "trainer's pass@1, and other curve points")
-@click.option("--wide", is_flag=True, help="every column (path efficiency, invalid actions, date); needs ~150 columns")
+@click.option("--wide", is_flag=True, help="every column (path efficiency, invalid actions, tokens and completion "
+                                           "tokens per solved episode, date); needs ~190 columns")
 @json_option()
 @click.pass_obj
 def leaderboard_cmd(obj: dict, env_id: str | None, curves: bool, wide: bool, as_json: bool) -> None:
@@ -204,7 +193,7 @@ def leaderboard_table(rows: list, points: list[dict], *, wide: bool = False) -> 
     table = Table(title="maze-eval leaderboard", pad_edge=False, collapse_padding=True)
     columns = ["model", "env", "protocol", "solve rate", "95% CI", "n", "turns", "run"]
     if wide:
-        columns[7:7] = ["path eff.", "invalid"]
+        columns[7:7] = ["path eff.", "invalid", "tokens/solve", "compl./solve"]
         columns.append("date")
     for col in columns:
         table.add_column(col, overflow="fold", no_wrap=col in ("solve rate", "95% CI", "n"))
@@ -216,14 +205,15 @@ def leaderboard_table(rows: list, points: list[dict], *, wide: bool = False) -> 
         cells = [model, r.env_id, r.protocol, _pct(s.solve_rate), f"{s.ci_low:.1%}-{s.ci_high:.1%}", str(s.n),
                  f"{s.mean_turns_solved:.2f}" if s.mean_turns_solved else "-", r.run_id]
         if wide:
-            cells[7:7] = [_pct(s.path_efficiency), _pct(s.invalid_action_rate)]
+            cells[7:7] = [_pct(s.path_efficiency), _pct(s.invalid_action_rate), _tokens(s.tokens_per_solve),
+                          _tokens(s.completion_tokens_per_solve)]
             cells.append(r.date)
         table.add_row(*cells)
     for p in points:
         cells = [f"{p['base']} [{p['source']}] step {p['step']}", p["env_id"], "-", f"{p['metric']}={p['value']:.3f}",
                  "", "", "", "training curve"]
         if wide:
-            cells[7:7] = ["", ""]
+            cells[7:7] = ["", "", "", ""]
             cells.append(str(p["recorded_at"])[:16])
         table.add_row(*cells)
     return table

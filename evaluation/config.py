@@ -4,30 +4,11 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from agent.config import ConfigModel, EnvId, History, ProtocolName, RetryPolicy
+from agent.config import ConfigModel, EnvId, History, ProtocolName, RetryPolicy, parse_seeds
 from agent.registration import DEFAULT_ENV_ID
 
 DEFAULT_SEEDS = "0-63"
 DEFAULT_CONCURRENCY = 8
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``"0-63"``, ``"1,5,9"`` or ``"0-7,20"`` -> sorted unique seeds."""
-    seeds: set[int] = set()
-    try:
-        for part in text.split(","):
-            lo, sep, hi = part.strip().partition("-")
-            if sep:
-                if int(hi) < int(lo):
-                    raise ValueError
-                seeds.update(range(int(lo), int(hi) + 1))
-            else:
-                seeds.add(int(lo))
-    except ValueError:
-        raise ValueError(f"seeds must look like '0-63' or '1,5,9', got {text!r}") from None
-    if any(s < 0 for s in seeds):
-        raise ValueError("seeds must be >= 0")
-    return sorted(seeds)
 
 
 class EvalConfig(ConfigModel):

@@ -15,39 +15,21 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
-from agent.config import EndpointConfig, RunnerConfig, SamplingParams
+from agent.config import EndpointConfig, SamplingParams
 from agent.env import ENV_SPEC_VERSION
 from agent.outage import EndpointWaits
 from agent.profiles import DEFAULT_PROFILE, AgentProfile
 from agent.protocol import get_protocol
 from agent.records import EpisodeRecord
+from agent.registration import get_variant
 from agent.runner import EpisodeSpec, run_endpoint_async
 from evaluation.config import EvalConfig
-from evaluation.manifest import RunManifest
+from evaluation.errors import EndpointUnavailable, EvalError, UnknownRun  # noqa: F401 - also imported from here
+from evaluation.manifest import RunManifest, RunnerSettings
 from evaluation.store import Store
 from evaluation.summary import RetryReport, RunSummary, summarize
 
 log = logging.getLogger(__name__)
-
-
-class EvalError(Exception):
-    """An evaluation could not start; ``exit_code`` is what the CLI returns."""
-
-    exit_code = 2
-
-
-class UnknownRun(EvalError):
-    """No run with this id in the results store."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"no run {run_id!r}")
-        self.run_id = run_id
-
-
-class EndpointUnavailable(EvalError):
-    """The endpoint is unreachable or does not serve the requested model."""
-
-    exit_code = 3
 
 
 class EvalResult(BaseModel):
@@ -68,38 +50,47 @@ def new_run_id(name: str | None) -> str:
     return f"{slug}-{stamp}-{secrets.token_hex(2)}"
 
 
-async def list_models(endpoint: str, api_key: str) -> list[dict[str, Any]]:
-    """The endpoint's ``/v1/models`` entries, following pagination when the server offers it."""
+def endpoint_client(api_key: str, timeout_s: float) -> httpx.AsyncClient:
+    """The HTTP client of a run's requests besides the episodes' (the model list, the version it
+    pins): the run's key and its per-request timeout (``EvalConfig.timeout_s``), as the runner's."""
+    return httpx.AsyncClient(timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"})
+
+
+async def list_models(endpoint: str, api_key: str = "EMPTY", *, client: httpx.AsyncClient | None = None,
+                      ) -> list[dict[str, Any]]:
+    """The endpoint's ``/v1/models`` entries, following pagination when the server offers it
+    (through ``client``, or one of :func:`endpoint_client` with ``api_key`` and the default timeout)."""
+    if client is None:
+        async with endpoint_client(api_key, EvalConfig.model_fields["timeout_s"].default) as own:
+            return await list_models(endpoint, client=own)
     out: list[dict[str, Any]] = []
     params: dict[str, str] = {}
-    async with httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {api_key}"}) as client:
-        for _ in range(1000):
-            try:
-                resp = await client.get(endpoint.rstrip("/") + "/models", params=params)
-            except httpx.HTTPError as exc:
-                raise EndpointUnavailable(f"cannot reach {endpoint}: {exc}") from exc
-            if resp.status_code == 401:
-                raise EndpointUnavailable(f"{endpoint} refused the API key (401)")
-            if resp.status_code >= 400:
-                raise EndpointUnavailable(f"{endpoint}/models answered HTTP {resp.status_code}")
-            body = resp.json()
-            out += body.get("data", [])
-            if not body.get("has_more") or not body.get("data"):
-                return out
-            params = {"after": body["data"][-1]["id"]}
+    for _ in range(1000):
+        try:
+            resp = await client.get(endpoint.rstrip("/") + "/models", params=params)
+        except httpx.HTTPError as exc:
+            raise EndpointUnavailable(f"cannot reach {endpoint}: {exc}") from exc
+        if resp.status_code == 401:
+            raise EndpointUnavailable(f"{endpoint} refused the API key (401)")
+        if resp.status_code >= 400:
+            raise EndpointUnavailable(f"{endpoint}/models answered HTTP {resp.status_code}")
+        body = resp.json()
+        out += body.get("data", [])
+        if not body.get("has_more") or not body.get("data"):
+            return out
+        params = {"after": body["data"][-1]["id"]}
     return out
 
 
-async def pinned_version(endpoint: str, api_key: str, model_id: str, version: str | None) -> str | None:
+async def pinned_version(client: httpx.AsyncClient, endpoint: str, model_id: str, version: str | None) -> str | None:
     """The adapter version a run pins, resolved once at its start through the endpoint's model card
     (``GET /models/{base:name}`` reports the version the alias serves now; ``version`` given:
     checked to exist). None when the endpoint reports no versions (a server other than the gateway)."""
     model = f"{model_id}@{version}" if version else model_id
-    async with httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {api_key}"}) as client:
-        try:
-            resp = await client.get(f"{endpoint.rstrip('/')}/models/{model}")
-        except httpx.HTTPError as exc:
-            raise EndpointUnavailable(f"cannot reach {endpoint}: {exc}") from exc
+    try:
+        resp = await client.get(f"{endpoint.rstrip('/')}/models/{model}")
+    except httpx.HTTPError as exc:
+        raise EndpointUnavailable(f"cannot reach {endpoint}: {exc}") from exc
     if resp.status_code == 400 and version:  # a malformed version: the caller's input, not the endpoint
         raise EvalError(f"invalid adapter version in {model!r}: {resp.text[:200]}")
     if resp.status_code == 404 and version:
@@ -138,36 +129,29 @@ async def _resolve_endpoint(cfg: EvalConfig) -> str:
 
 async def _new_manifest(cfg: EvalConfig) -> RunManifest:
     endpoint = await _resolve_endpoint(cfg)
-    models = await list_models(endpoint, cfg.api_key)
-    ids = [m.get("id") for m in models]
-    bases = [i for i in ids if i and ":" not in i]
-    base = cfg.base or (bases[0] if bases else None)
-    if base is None or base not in ids:
-        raise EndpointUnavailable(f"base model {base!r} is not served at {endpoint}; it serves {bases}")
-    adapter, _, wanted_version = (cfg.adapter or "").partition("@")
-    model_id = f"{base}:{adapter}" if adapter else base
-    entry = next((m for m in models if m.get("id") == model_id), None)
-    if entry is None:
-        known = sorted(i.split(":", 1)[1] for i in ids if i and i.startswith(base + ":"))
-        raise EndpointUnavailable(f"adapter {adapter!r} is not available for {base!r} at {endpoint}; known: {known}")
-    version = await pinned_version(endpoint, cfg.api_key, model_id, wanted_version or None) if adapter else None
+    async with endpoint_client(cfg.api_key, cfg.timeout_s) as client:
+        models = await list_models(endpoint, client=client)
+        ids = [m.get("id") for m in models]
+        bases = [i for i in ids if i and ":" not in i]
+        base = cfg.base or (bases[0] if bases else None)
+        if base is None or base not in ids:
+            raise EndpointUnavailable(f"base model {base!r} is not served at {endpoint}; it serves {bases}")
+        adapter, _, wanted_version = (cfg.adapter or "").partition("@")
+        model_id = f"{base}:{adapter}" if adapter else base
+        if not any(m.get("id") == model_id for m in models):
+            known = sorted(i.split(":", 1)[1] for i in ids if i and i.startswith(base + ":"))
+            raise EndpointUnavailable(f"adapter {adapter!r} is not available for {base!r} at {endpoint}; known: {known}")
+        version = await pinned_version(client, endpoint, model_id, wanted_version or None) if adapter else None
     profile = _profile_of(models, base)
-    history = cfg.history or profile.history
-    sampling = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
-    runner = RunnerConfig(env_id=cfg.env_id, max_turns=cfg.max_turns, protocol=cfg.protocol or profile.protocol,
-                          history=history, sampling=sampling)
+    runner = RunnerSettings(
+        env_id=cfg.env_id, max_turns=cfg.max_turns or get_variant(cfg.env_id).max_turns,
+        protocol=get_protocol(cfg.protocol or profile.protocol).id, history=cfg.history or profile.history,
+        sampling=SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens))
     return RunManifest(
         run_id=new_run_id(cfg.run_name), run_name=cfg.run_name, endpoint=endpoint, base=base, adapter=adapter or None,
         adapter_version=version,  # only a version the run pinned: served_model sends it with every request
-        env_id=cfg.env_id, env_spec_version=ENV_SPEC_VERSION, protocol=get_protocol(runner.protocol).id, history=str(history),
-        sampling=sampling.model_dump(exclude_none=True), max_turns=runner.turn_limit, seeds=cfg.seeds,
-        samples=cfg.samples,
+        env_spec_version=ENV_SPEC_VERSION, runner=runner, seeds=cfg.seeds, samples=cfg.samples,
     )
-
-
-def _runner_config(m: RunManifest, cfg: EvalConfig) -> RunnerConfig:
-    return RunnerConfig(env_id=m.env_id, max_turns=m.max_turns, protocol=m.protocol, history=m.history,
-                        sampling=SamplingParams(**m.sampling), retry=cfg.retry, concurrency=cfg.concurrency)
 
 
 async def evaluate_async(
@@ -210,9 +194,9 @@ async def evaluate_async(
 
         async def record(rec: EpisodeRecord) -> None:
             nonlocal finished
-            retries.add(rec.turns, rec.stop_reason.value == "error")
+            retries.add(rec.turns, not rec.scored)
             await asyncio.to_thread(store.add_episode, manifest.run_id, rec)
-            finished += rec.stop_reason.value != "error"
+            finished += rec.scored
             if on_episode is not None:
                 on_episode(rec, finished, total)
 
@@ -220,7 +204,8 @@ async def evaluate_async(
         endpoint = EndpointConfig(base_url=manifest.endpoint, api_key=cfg.api_key, model=manifest.served_model,
                                   timeout_s=cfg.timeout_s)
         waits = waits if waits is not None else EndpointWaits()
-        await run_endpoint_async(endpoint, todo, _runner_config(manifest, cfg), on_done=record, waits=waits)
+        runner = manifest.runner.runner_config(retry=cfg.retry, concurrency=cfg.concurrency)
+        await run_endpoint_async(endpoint, todo, runner, on_done=record, waits=waits)
         retries.add_waits(waits)
         rows = await asyncio.to_thread(store.episode_rows, manifest.run_id)
         summary = summarize(rows, manifest.samples)

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agent.records import is_scored
 from evaluation.config import DEFAULT_SEEDS
 from evaluation.manifest import RunManifest
 from evaluation.stats import mcnemar_exact
@@ -99,7 +100,7 @@ def compare(store: Store, run_a: str, run_b: str) -> Comparison:
             raise KeyError(run_id)
         models.append(RunManifest.model_validate(run["manifest"]).served_model)
         rows = store.episode_rows(run_id)
-        outcomes.append({r["seed"]: bool(r["success"]) for r in rows if r["sample"] == 0 and r["stop_reason"] != "error"})
+        outcomes.append({r["seed"]: bool(r["success"]) for r in rows if r["sample"] == 0 and is_scored(r["stop_reason"])})
     a, b = outcomes
     seeds = sorted(set(a) & set(b))
     both = sum(a[s] and b[s] for s in seeds)

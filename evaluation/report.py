@@ -14,11 +14,16 @@ from pathlib import Path
 
 from agent.records import EpisodeRecord
 from agent.replay import replay_frames
+from evaluation.manifest import RunManifest
 from evaluation.served import served_step_of_run
 from evaluation.store import Store
 from evaluation.summary import summarize
 
 COLOURS = {"goal": "#2e7d32", "wrong_stop": "#c62828", "turn_limit": "#ef6c00", "error": "#616161"}
+
+
+def _count(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
 
 
 def _b64(data: bytes, mime: str) -> str:
@@ -42,7 +47,7 @@ def _plots(records: list[EpisodeRecord]) -> dict[str, str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scored = [r for r in records if r.stop_reason.value != "error"]
+    scored = [r for r in records if r.scored]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4), dpi=100)
     solved = [r.num_turns for r in scored if r.success]
     failed = [r.num_turns for r in scored if not r.success]
@@ -87,9 +92,11 @@ table.m{border-collapse:collapse;font-size:12px}table.m td{border:1px solid #ddd
 def render_html(run: dict, records: list[EpisodeRecord], checkpoint: dict | None = None) -> str:
     """The report as one HTML string; ``checkpoint`` (a served step: source, step, adapter, version)
     names the training step the run scored and where its curve is."""
-    manifest = run["manifest"]
-    s = summarize([{**r.summary(), "success": r.success} for r in records], manifest.get("samples", 1))
-    model = f"{manifest['base']}:{manifest['adapter']}" if manifest.get("adapter") else manifest["base"]
+    m = RunManifest.model_validate(run["manifest"])
+    episode_rows = [{**r.summary(), "success": r.success, "tokens": r.total_tokens} for r in records]
+    s = summarize(episode_rows, m.samples)
+    # The manifest's fields with the runner's settings among them, one table row each.
+    manifest = {**m.model_dump(mode="json", exclude={"runner"}), **m.runner.model_dump(mode="json")}
     cards = []
     for r in records:
         colour = COLOURS[r.stop_reason.value]
@@ -105,7 +112,9 @@ def render_html(run: dict, records: list[EpisodeRecord], checkpoint: dict | None
     plots = _plots(records)["plots"] if records else ""
     kpis = [("solve rate", f"{s.solve_rate:.1%}"), ("95% CI", f"{s.ci_low:.1%}–{s.ci_high:.1%}"), ("solved", f"{s.solved}/{s.n}"),
             ("errors", str(s.errors)), ("mean turns (solved)", f"{s.mean_turns_solved:.2f}" if s.mean_turns_solved else "-"),
-            ("path efficiency", f"{s.path_efficiency:.1%}" if s.path_efficiency else "-")]
+            ("path efficiency", f"{s.path_efficiency:.1%}" if s.path_efficiency else "-"),
+            ("tokens / solve", _count(s.tokens_per_solve)),
+            ("completion tokens / solve", _count(s.completion_tokens_per_solve))]
     kpi_html = "".join(f"<div>{k}<b>{v}</b></div>" for k, v in kpis)
     step_html = ""
     if checkpoint:
@@ -115,8 +124,8 @@ def render_html(run: dict, records: list[EpisodeRecord], checkpoint: dict | None
                      f"<code>maze-eval report --curve {c['source']}</code></p>")
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>maze-eval {html.escape(run['run_id'])}</title><style>{_CSS}</style></head><body>
-<h1>{html.escape(model)} on {html.escape(manifest['env_id'])}</h1>
-<p>run <code>{html.escape(run['run_id'])}</code> · status {html.escape(run['status'])} · protocol {html.escape(manifest['protocol'])} · history {html.escape(manifest['history'])}</p>
+<h1>{html.escape(m.model_id)} on {html.escape(m.env_id)}</h1>
+<p>run <code>{html.escape(run['run_id'])}</code> · status {html.escape(run['status'])} · protocol {html.escape(m.protocol)} · history {html.escape(m.history)}</p>
 {step_html}<div class="kpi">{kpi_html}</div>
 <h2>Episodes</h2><p class="legend">{legend}</p><div class="grid">{''.join(cards)}</div>
 <h2>Plots</h2>{f'<img alt="plots" src="{plots}">' if plots else '<p>no episodes</p>'}

@@ -29,15 +29,22 @@ from sqlalchemy import (
     create_engine,
     delete,
     event,
+    inspect,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 
-from agent.records import EpisodeRecord
+from agent.records import EpisodeRecord, StopReason, is_scored
 from evaluation.manifest import RunManifest
 
 DEFAULT_DB_PATH = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")) / "maze-gateway" / "results.db"
+
+# The stop reasons of episodes that count (agent.records.is_scored), for queries: an episode with
+# any other is not done (a resume plays it again) and is replaced when it is.
+SCORED_STOP_REASONS = [r.value for r in StopReason if is_scored(r)]
 
 metadata = MetaData()
 
@@ -71,6 +78,7 @@ episodes = Table(
     Column("invalid_actions", Integer, nullable=False),
     Column("wall_bumps", Integer, nullable=False),
     Column("tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=True),  # added later: see _add_completion_tokens
     Column("latency_s", Float, nullable=False),
     Column("error", Text, nullable=True),
     Column("trajectory", Text, nullable=False),  # the EpisodeRecord as JSON
@@ -133,6 +141,7 @@ class Store:
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         metadata.create_all(self.engine)
+        _add_completion_tokens(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -170,11 +179,12 @@ class Store:
             "run_id": run_id, "seed": rec.seed, "sample": rec.sample, "success": rec.success, "stop_reason": s["stop_reason"],
             "turns": s["turns"], "reward": rec.reward, "optimal_moves": rec.optimal_moves, "path_efficiency": s["path_efficiency"],
             "invalid_actions": s["invalid_actions"], "wall_bumps": s["wall_bumps"], "tokens": s["total_tokens"],
+            "completion_tokens": s["completion_tokens"],
             "latency_s": sum(t.latency_s for t in rec.turns), "error": rec.error, "trajectory": rec.model_dump_json(),
         }
         with self.engine.begin() as conn:
             key = (episodes.c.run_id == run_id) & (episodes.c.seed == rec.seed) & (episodes.c.sample == rec.sample)
-            conn.execute(delete(episodes).where(key & (episodes.c.stop_reason == "error")))
+            conn.execute(delete(episodes).where(key & episodes.c.stop_reason.not_in(SCORED_STOP_REASONS)))
             conn.execute(episodes.insert().values(**row))
 
     def episode_rows(self, run_id: str) -> list[dict[str, Any]]:
@@ -193,7 +203,7 @@ class Store:
         """(seed, sample) keys with a final outcome; errored episodes are not done."""
         with self.engine.connect() as conn:
             q = select(episodes.c.seed, episodes.c.sample).where(
-                (episodes.c.run_id == run_id) & (episodes.c.stop_reason != "error")
+                (episodes.c.run_id == run_id) & episodes.c.stop_reason.in_(SCORED_STOP_REASONS)
             )
             return {(int(a), int(b)) for a, b in conn.execute(q)}
 
@@ -244,6 +254,23 @@ class Store:
     def runs_named(self, run_name: str) -> list[dict[str, Any]]:
         """Runs whose manifest carries ``run_name``, oldest first."""
         return [r for r in self.list_runs() if r["manifest"].get("run_name") == run_name]
+
+
+def _add_completion_tokens(engine: Engine) -> None:
+    """Give a database made before ``episodes.completion_tokens`` existed that column, filled from
+    each episode's stored trajectory (once: later opens find the column and do nothing)."""
+    if "completion_tokens" in {c["name"] for c in inspect(engine).get_columns("episodes")}:
+        return
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE episodes ADD COLUMN completion_tokens INTEGER"))
+            for row_id, trajectory in conn.execute(select(episodes.c.id, episodes.c.trajectory)).all():
+                n = EpisodeRecord.model_validate_json(trajectory).completion_tokens
+                conn.execute(update(episodes).where(episodes.c.id == row_id).values(completion_tokens=n))
+    except DBAPIError:
+        # Another process opening the same database added it first; anything else is a real failure.
+        if "completion_tokens" not in {c["name"] for c in inspect(engine).get_columns("episodes")}:
+            raise
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:

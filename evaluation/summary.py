@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agent.records import is_scored
 from evaluation.stats import pass_at_k, wilson_interval
 
 
@@ -24,6 +25,11 @@ class RunSummary(BaseModel):
     mean_turns_solved: float | None = Field(None, description="mean turns of solved episodes")
     path_efficiency: float | None = Field(None, description="mean (optimal moves + 1) / turns over solved episodes")
     invalid_action_rate: float | None = Field(None, description="invalid actions / turns")
+    tokens_per_solve: float | None = Field(
+        None, description="mean tokens (prompt + completion, every turn) of a solved episode; None when the "
+                          "endpoint reported no usage")
+    completion_tokens_per_solve: float | None = Field(
+        None, description="mean completion tokens of a solved episode; None when the endpoint reported no usage")
     stop_reasons: dict[str, int] = Field(default_factory=dict, description="count per stop reason")
 
 
@@ -59,7 +65,7 @@ class RetryReport(BaseModel):
 
 def summarize(rows: list[dict[str, Any]], samples: int = 1) -> RunSummary:
     """Summarise flat episode rows (as :meth:`Store.episode_rows` returns them)."""
-    scored = [r for r in rows if r["stop_reason"] != "error"]
+    scored = [r for r in rows if is_scored(r["stop_reason"])]
     solved = [r for r in scored if r["success"]]
     n, c = len(scored), len(solved)
     low, high = wilson_interval(c, n)
@@ -68,6 +74,7 @@ def summarize(rows: list[dict[str, Any]], samples: int = 1) -> RunSummary:
         reasons[r["stop_reason"]] += 1
     turns = sum(r["turns"] for r in scored)
     effs = [r["path_efficiency"] for r in solved if r["path_efficiency"] is not None]
+    tokens, completion = (_per_solve(solved, key) for key in ("tokens", "completion_tokens"))
     pak = None
     if samples > 1:
         by_seed: dict[int, list[bool]] = defaultdict(list)
@@ -88,5 +95,14 @@ def summarize(rows: list[dict[str, Any]], samples: int = 1) -> RunSummary:
         mean_turns_solved=sum(r["turns"] for r in solved) / c if c else None,
         path_efficiency=sum(effs) / len(effs) if effs else None,
         invalid_action_rate=sum(r["invalid_actions"] for r in scored) / turns if turns else None,
+        tokens_per_solve=tokens,
+        completion_tokens_per_solve=completion,
         stop_reasons=dict(reasons),
     )
+
+
+def _per_solve(solved: list[dict[str, Any]], key: str) -> float | None:
+    """Mean of ``key`` over solved episodes; None when no solved episode counted any (a server that
+    reports no usage), since a solve never costs zero tokens."""
+    total = sum(r.get(key) or 0 for r in solved)
+    return total / len(solved) if total else None

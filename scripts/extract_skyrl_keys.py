@@ -6,10 +6,11 @@ script loads only that one module from the wheel (it needs ``omegaconf``, ``pyya
 ``skyrl-gym``), walks ``SkyRLTrainConfig`` and writes one ``key<TAB>type`` line per leaf.
 A field typed ``dict`` accepts any sub-key; the tests treat it so.
 
-Usage::
+Usage (``scripts/fetch_skyrl_wheel.sh``, run by ``scripts/setup.sh``, downloads the pinned wheel
+into ``.cache/wheels/``; ``tests/training/skyrl/test_keys.py`` checks the shipped list against it)::
 
-    pip download --no-deps skyrl==0.4.0 --python-version 3.12 --only-binary=:all: -d /tmp/skyrl-wheel
-    python scripts/extract_skyrl_keys.py /tmp/skyrl-wheel/skyrl-0.4.0-py3-none-any.whl \
+    scripts/fetch_skyrl_wheel.sh
+    python scripts/extract_skyrl_keys.py .cache/wheels/skyrl-0.4.0-py3-none-any.whl \
         --out training/skyrl/skyrl_config_keys_0.4.0.txt
 """
 

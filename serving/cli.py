@@ -1,11 +1,12 @@
 """``maze-serve``: run the gateway (up/down/status, or a local multi-node cluster), render its manifest, manage adapters.
 
-Exit codes: 0 ok; 1 the embedded stack could not start or stop (port taken, model missing, not
-ready), `status` not ready, or an unexpected error; 2 bad input (invalid adapter, bad name or
-version, bad canary weight, bad config, no permission or a key a gateway refused (401, 403, 429),
-missing file); 3 adapter store or gateway unavailable; 4 not found / already exists / nothing to roll back to / no canary running / the
-alias changed concurrently; 130 interrupted. Every
-failure is one line on stderr; ``--verbose`` adds the traceback.
+Exit codes (agent.cli_boundary's table; serving's errors map by their HTTP status): 0 ok; 1 the
+embedded stack could not start or stop (port taken, model missing, not ready), `status` not
+ready, or an unexpected error; 2 bad input (invalid adapter, bad name or version, bad canary
+weight, bad config, no permission or a key a gateway refused (401, 403, 429), missing file); 3
+adapter store or gateway unavailable; 4 not found / already exists / nothing to roll back to / no
+canary running / the alias changed concurrently; 130 interrupted. Every failure is one line on
+stderr; ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -19,45 +20,21 @@ import click
 import yaml
 from pydantic import ValidationError
 
-from agent.cli_boundary import boundary_group, json_option
+from agent.cli_boundary import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, boundary_group, json_option
 from serving.adapters import AdapterStore
 from serving.cli_placement import register as register_placement
 from serving.config import ServingConfig, load_config
-from serving.errors import (
-    AdapterExists,
-    AdapterNotFound,
-    AdapterRefConflict,
-    AdapterStoreUnavailable,
-    BadAdapterName,
-    BadConfig,
-    BadRequest,
-    NoCanary,
-    NoRollbackTarget,
-    ServingError,
-)
+from serving.errors import BadAdapterName, BadConfig, BadRequest, ServingError
 
 log = logging.getLogger("maze-serve")
 
 
-def _exit_code(exc: ServingError) -> int:
-    if isinstance(exc, AdapterStoreUnavailable):
-        return 3
-    if isinstance(exc, (AdapterNotFound, AdapterExists, NoRollbackTarget, NoCanary, AdapterRefConflict)):
-        return 4
-    return 2
-
-
 def _error_of(exc: BaseException) -> tuple[int, str] | None:
-    """maze-serve's expected failures (see the module docstring for the codes)."""
-    from serving.cluster import ClusterError
-    from serving.embedded import EmbeddedError
-
-    if isinstance(exc, (EmbeddedError, ClusterError)):  # a stack that cannot start or stop: exit 1
-        return 1, str(exc)
-    if isinstance(exc, ServingError):
-        return _exit_code(exc), str(exc)
+    """maze-serve's expected failures besides serving's own errors, which the boundary maps by their
+    HTTP status, the same for every tool (a stack that cannot start or stop: 1; see the module
+    docstring for the codes)."""
     if isinstance(exc, (ValidationError, yaml.YAMLError)):
-        return 2, f"bad serving config: {exc}"
+        return EXIT_BAD_INPUT, f"bad serving config: {exc}"
     return None
 
 
@@ -158,7 +135,7 @@ def status(as_json: bool) -> None:
     else:
         state = "ready" if info["ready"] else ("starting or unhealthy" if info["running"] else "not running")
         click.echo(f"{state}" + (f"\t{info['base_url']}\tmetrics {info['metrics_url']}" if info["running"] else ""))
-    sys.exit(0 if info["ready"] else 1)
+    sys.exit(EXIT_OK if info["ready"] else EXIT_FAILED)
 
 
 @main.command()
@@ -393,7 +370,7 @@ def cluster_status(as_json: bool) -> None:
     else:
         alive = ", ".join(f"worker {i} {'up' if ok else 'DOWN'}" for i, ok in info["workers_alive"].items())
         click.echo(f"{info['alive_nodes']} nodes alive ({alive})\tready {info['ready']}\t{info['base_url'] or ''}")
-    sys.exit(0 if info["running"] and info.get("ready") is not False else 1)
+    sys.exit(EXIT_OK if info["running"] and info.get("ready") is not False else EXIT_FAILED)
 
 
 @cluster.command("kill")

@@ -24,7 +24,10 @@ class _Model(BaseModel):
 
 
 class AgentProfileSpec(_Model):
-    """How the agent must talk to this base model (what it was trained with)."""
+    """How the agent must talk to this base model (what it was trained with), as ``/v1/models``
+    reports it. Clients parse it with ``agent.profiles.AgentProfile``, the one profile parser; the
+    gateway imports no agent code, so this only checks the same shape (a subset of what the parser
+    accepts, with the same defaults; tests/test_agent_profiles.py keeps the two in step)."""
 
     protocol: Literal["tuple", "keyword"] = Field("tuple", description="prompt protocol")
     history: str = Field("full", description="'full' or 'window:K'")

@@ -33,6 +33,7 @@ from serving import direct_ingress
 from serving.config import REPO_ROOT, ServingConfig
 from serving.driver_output import caller_logging_kept, output_to
 from serving.errors import ServingError
+from serving.ports import free_port as _free_port  # also serving.cluster's (embedded._free_port)
 from serving.s3 import export_s3_env, is_local, s3_env
 
 log = logging.getLogger(__name__)
@@ -89,12 +90,6 @@ def shipped_adapters(models_dir: Path = MODELS_DIR) -> dict[str, Path]:
     if not models_dir.is_dir():
         return {}
     return {p.name: p for p in sorted(models_dir.iterdir()) if (p / "adapter_config.json").is_file()}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def _port_free(port: int, reuse: bool = True) -> bool:

@@ -106,10 +106,12 @@ class PinnedLRU(_ModelMultiplexWrapper):
         self.evictions = 0
 
     async def load_model(self, model_id: str):
-        if model_id not in self.models:
-            self.server.placement_changed()
+        new = model_id not in self.models
         self.last_used[model_id] = time.time()
-        return await super().load_model(model_id)
+        loaded = await super().load_model(model_id)
+        if new:  # the report follows once the adapter is in (an eviction on the way marks it too)
+            self.server.placement_changed()
+        return loaded
 
     async def unload_model_lru(self) -> None:
         victim = next((m for m in self.models if m not in self.server.pinned_ids), None)

@@ -14,10 +14,12 @@ DATA = Path(__file__).resolve().parent / "data"
 # Tests that start real services beyond a scripted server: the embedded stack (any test using the
 # `stack` fixture), a multi-node cluster (tests/cluster/), a plain Ray head (tests/ray_cluster.py).
 # `make test-fast` leaves them out; `make test` runs them last, the stack's own ones at the very end,
-# so the stack starts once and is torn down right after its last test, and the test that stops and
-# restarts it runs when nothing else needs it any more.
+# so the stack starts once and is torn down right after its last test, and the tests that kill its
+# replica or restart it run when nothing else needs it any more.
 HEAVY_MARKERS = ("needs_stack", "needs_cluster", "needs_ray")
-RESTARTS_STACK = "test_down_returns_when_everything_is_gone_and_up_follows"
+# The stack's disruptive tests, in this order after all others: a replica killed (Serve restarts it,
+# losing its metrics, which the dashboard test reads), then the whole stack stopped and started.
+DISRUPTS_STACK = ("test_eval_rides_through_a_replica_restart", "test_down_returns_when_everything_is_gone_and_up_follows")
 
 
 def pytest_configure(config):
@@ -28,8 +30,8 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
-        if item.name == RESTARTS_STACK:
-            return 4
+        if item.name in DISRUPTS_STACK:
+            return 4 + DISRUPTS_STACK.index(item.name)
         if "stack" in getattr(item, "fixturenames", ()):
             return 3
         if item.get_closest_marker("needs_cluster") or item.get_closest_marker("needs_ray"):

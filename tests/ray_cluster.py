@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,11 +14,7 @@ from pathlib import Path
 
 import httpx
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from serving.ports import free_port
 
 
 @contextmanager
@@ -28,14 +23,14 @@ def local_ray_cluster(num_cpus: int = 2, auth_token: str | None = None):
     the cluster requires that Ray token."""
     ray = str(Path(sys.executable).parent / "ray")
     tmp = tempfile.mkdtemp(prefix="maze-ray-")
-    dash = _free_port()
+    dash = free_port()
     # Loopback-only test clusters: no token auth (Ray 2.60 turns it on when ~/.ray/auth_token exists).
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
            # Jobs run `python ...`: make that this venv's interpreter, as an activated venv would.
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     if auth_token:
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=auth_token)
-    cmd = [ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={_free_port()}",
+    cmd = [ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={free_port()}",
            "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--num-cpus={num_cpus}",
            f"--temp-dir={tmp}", "--disable-usage-stats", "--include-dashboard=true", "--block"]
     # --block keeps the head in a process we own: stopping its process group stops this cluster

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("agent", "serving", "evaluation", "training")
+PACKAGES = ("agent", "serving", "evaluation", "training", "maze_gateway")
 
 
 def _module_name(path: Path) -> str:
@@ -112,6 +112,13 @@ def test_dependencies_flow_one_way(graph):
     # maze-eval without an endpoint starts the embedded gateway: its one use of serving
     assert {t for m in graph if m.startswith("evaluation") for t in graph[m] if t.startswith("serving")} == {
         "serving.embedded", "serving.errors"}  # and the errors it raises
+
+
+def test_the_framework_adapters_build_on_agent_only_and_nothing_imports_them(graph):
+    # maze_gateway (OpenEnv, verifiers, Inspect AI) runs in the frameworks' own venvs, with the core alone.
+    assert _imports_of(graph, "maze_gateway") == {"maze_gateway", "agent"}
+    assert {m for m, targets in graph.items() if not m.startswith("maze_gateway")
+            for t in targets if t.startswith("maze_gateway")} == set()
 
 
 def test_the_lab_imports_agent_only_and_the_launcher_reaches_it_at_one_seam(graph):

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from agent.cli_boundary import EXIT_BAD_INPUT
 from agent.config import ConfigModel
 from training.checkpoints import ExportStep, list_steps
 from training.errors import TrainingError
@@ -75,7 +76,7 @@ class WatchConfig(ConfigModel):
 class LedgerError(TrainingError):
     """The ledger file is unreadable or belongs to another run."""
 
-    exit_code = 2
+    exit_code = EXIT_BAD_INPUT
 
 
 class Ledger:

@@ -18,6 +18,7 @@ from agent import (
     StopReason,
     bfs_policy,
     read_jsonl,
+    replay_conversation,
     replay_frames,
     run_endpoint_async,
     run_episodes,
@@ -217,3 +218,22 @@ def test_each_episode_has_one_session_key_of_its_own():
     assert len(seen) == 18 and len(by_episode) == 6
     assert all(len(keys) == 1 and None not in keys for keys in by_episode.values())
     assert len(set.union(*by_episode.values())) == 6
+
+
+@pytest.mark.parametrize("protocol", ["tuple", "keyword"])
+def test_replayed_conversation_is_what_the_runner_sent(protocol):
+    seen: list[list[dict]] = []
+    bfs = bfs_policy(protocol)
+
+    def sometimes_garbled(messages):
+        seen.append(list(messages))  # the full history is the runner's own list, which grows
+        return "no idea" if len(seen) % 3 == 0 else bfs.fn(messages)  # parse failures count as turns
+
+    (rec,) = run_episodes(sometimes_garbled, [4], RunnerConfig(protocol=protocol, history="full", max_turns=12))
+    assert rec.parse_failures > 0
+    conversation = replay_conversation(rec)
+    # The last request held the whole conversation before the last reply; the replay adds that
+    # reply and the env's answer to it.
+    assert conversation[:-2] == seen[-1] and len(conversation) == 2 * rec.num_turns + 1
+    assert conversation[-2] == {"role": "assistant", "content": rec.turns[-1].reply}
+    assert conversation[-1]["content"][0]["text"] == rec.turns[-1].feedback

@@ -106,12 +106,15 @@ def adapter_loads(samples) -> dict[str, float]:
     return dict(out)
 
 
+CHAT = "/v1/chat/completions"  # the route label of chat requests (/ready's health probes carry "/ready")
+
+
 def settled_requests(state, expected_total: float) -> dict[str, float]:
-    """Serve's per-replica request counters of the LLM deployment, once they add up to ``expected_total``
-    (each node's metrics agent exports on its own schedule)."""
+    """Serve's per-replica request counters of the LLM deployment for chat requests, once they add up
+    to ``expected_total`` (each node's metrics agent exports on its own schedule)."""
     deadline = time.monotonic() + 90
     while True:
-        counts = per_replica(scrape(state), "ray_serve_deployment_request_counter_total", deployment=LLM)
+        counts = per_replica(scrape(state), "ray_serve_deployment_request_counter_total", deployment=LLM, route=CHAT)
         if sum(counts.values()) >= expected_total or time.monotonic() > deadline:
             return counts
         time.sleep(3)
@@ -128,7 +131,9 @@ def test_hot_adapter_spreads_over_replicas_a_cold_one_stays(cluster_app, tmp_pat
     quick_requests = sum(r["turns"] for r in Store(db).episode_rows(quick.run_id))
     before = settled_requests(state, quick_requests)
     loads = adapter_loads(scrape(state))
-    print(f"\nquick look: {quick_requests} requests {before}, loads {loads}")
+    routes = {(s.labels.get("replica"), s.labels.get("route")): s.value for s in scrape(state)
+              if s.name == "ray_serve_deployment_request_counter_total" and s.labels.get("deployment") == LLM}
+    print(f"\nquick look: {quick_requests} requests {before}, loads {loads}; by replica and route {routes}")
     assert sum(loads.values()) == 1 and sum(1 for v in before.values() if v > 0) == 1  # one replica, one load
 
     full = evaluate(EvalConfig(endpoint=state.base_url, adapter="maze-grpo", concurrency=32, db=db))

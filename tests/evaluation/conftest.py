@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -13,13 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from serving.ports import free_port
+
 PG_BIN_CANDIDATES = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +30,7 @@ def postgres_server():
     prefix = ["runuser", "-u", user, "--"] if user else []
     if user:
         shutil.chown(root, user=user)
-    port = _free_port()
+    port = free_port()
     subprocess.run([*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust"],
                    check=True, capture_output=True)
     log = data.parent / "pg.log"

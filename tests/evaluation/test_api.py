@@ -67,6 +67,17 @@ def test_leaderboard_json(gateway, tmp_path, monkeypatch):
     assert row["model"] == "bfs" and row["summary"]["n"] == 8 and row["summary"]["solved"] == 8
 
 
+def test_leaderboard_builds_its_store_once_per_database(gateway, tmp_path, monkeypatch):
+    from evaluation.api import _store
+
+    monkeypatch.setenv("MAZE_DB", str(tmp_path / "once.sqlite"))
+    before = _store.cache_info()
+    for _ in range(3):
+        assert httpx.get(f"{gateway}/v1/leaderboard", timeout=30).json() == {"object": "list", "data": []}
+    after = _store.cache_info()
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 2)
+
+
 def test_episode_never_calls_the_host_the_client_names(gateway):
     """A hostile Host header must not make the gateway connect there (nor send the caller's key)."""
     with ConnectionTrap() as trap:

@@ -6,7 +6,8 @@ import json
 
 from click.testing import CliRunner
 
-from evaluation.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE, main
+from agent.cli_boundary import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE
+from evaluation.cli import main
 
 
 def invoke(*args, db):

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from agent.demo import scripted_server, scripted_server_process
 from evaluation import EvalConfig, Store, compare, evaluate, leaderboard
 from evaluation.cli import main as cli
-from evaluation.evaluate import EndpointUnavailable
+from evaluation.errors import EndpointUnavailable
 
 from .conftest import wait_for
 

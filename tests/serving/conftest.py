@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -17,23 +16,18 @@ import numpy as np
 import pytest
 
 from serving.embedded import RAY_ENV
+from serving.ports import free_port
 
 # Ray reads its auth mode when it is first imported: the stack's driver (serving.embedded._deploy)
 # must connect with token auth, so set it before any test module imports ray (test_colocated does).
 os.environ.update(RAY_ENV)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class S3Server:
     """moto_server in a subprocess, restartable on the same port (to test outages)."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.stack import free_port
 from serving.config import ServingConfig
+from serving.ports import free_port
 from tests.cli_support import assert_json_error, assert_one_line, run_cli
 
 

@@ -70,17 +70,25 @@ def test_colocated_app_is_one_deployment(no_ray):
     assert all(isinstance(v, Application) for v in std.init_kwargs["llm_deployments"].values())
 
 
-def _chat_response(model: str):
+def _chat_response(model: str, content: str):
     from ray.llm._internal.serve.core.configs.openai_api_models import ChatCompletionResponse
 
     return ChatCompletionResponse.model_validate({
         "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "up"}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 
 
+def _last_text(request) -> str:
+    messages = getattr(request, "messages", None) or [{"content": ""}]
+    last = messages[-1]
+    return last["content"] if isinstance(last, dict) else last.content
+
+
 class FakeServer:
-    """What ColocatedGateway uses of GatewayLLMServer; records the LoRA id each call saw."""
+    """What ColocatedGateway uses of GatewayLLMServer (the engine cannot run in a unit test);
+    records the model and LoRA id each call saw, and answers with the request's own text, so a
+    reply proves which request reached it."""
 
     healthy = True
 
@@ -97,7 +105,7 @@ class FakeServer:
         self.seen.append((request.model, serve.get_multiplexed_model_id()))
 
         async def stream():
-            yield _chat_response(request.model)
+            yield _chat_response(request.model, f"echo {_last_text(request)}")
         return stream()
 
     async def check_health(self):
@@ -148,9 +156,14 @@ def test_colocated_gateway_serves_through_the_local_server(no_ray):
                           lora_paths={"maze-tiny": cfg.adapters.prefix}, config=cfg.model_dump(mode="json"),
                           server_cls=FakeServer)
         assert gw.server.started and gw.server.llm_config is llm_config
-        body = ChatCompletionRequest(model="maze-tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=1)
+        body = ChatCompletionRequest(model="maze-tiny", messages=[{"role": "user", "content": "turn 7"}], max_tokens=1)
         resp = await gw._process_llm_request(body, "chat")
-        assert resp.status_code == 200 and json.loads(resp.body)["choices"][0]["message"]["content"] == "up"
+        # The ingress handed the local server this request (a base model: no LoRA id set) and
+        # returned the server's reply to it as the response.
+        assert gw.server.seen == [("maze-tiny", "")]
+        reply = json.loads(resp.body)
+        assert resp.status_code == 200 and reply["choices"][0]["message"]["content"] == "echo turn 7"
+        assert reply["model"] == "maze-tiny"
         with pytest.raises(ModelNotFound):
             await gw._process_llm_request(body.model_copy(update={"model": "nope"}), "chat")
         assert (await gw.ready()).status_code == 200

@@ -51,9 +51,11 @@ def test_pinned_adapter_stays_while_the_others_are_evicted(stack):
                                                         max_tokens=2, temperature=0)
             assert resp.model.startswith(f"{stack.base}:{name}@")
 
-        def settled():
+        last = f"{stack.base}:{names[-1]}@{store.resolve(names[-1]).version}"
+
+        def settled():  # the report once it shows the last adapter asked for
             now = resident(placement)
-            return now if pinned_id in now and len(now) == slots and all(
+            return now if last in now and pinned_id in now and len(now) == slots and all(
                 now[k]["pinned"] == (k == pinned_id) for k in now) else None
 
         now = wait_for(settled)
@@ -71,9 +73,12 @@ def test_pinned_adapter_stays_while_the_others_are_evicted(stack):
         from serving import embedded
 
         url = embedded.status()["metrics_url"]
-        text = wait_for(lambda: (t := httpx.get(url, timeout=30).text) if "ray_maze_gateway_adapter_evictions_total" in t
-                        and "ray_maze_gateway_adapters_resident" in t else None, timeout=60, interval=3)
-        assert text, "eviction and residency metrics not exported"
+
+        def exported() -> bool:
+            text = httpx.get(url, timeout=30).text
+            return "ray_maze_gateway_adapter_evictions_total" in text and "ray_maze_gateway_adapters_resident" in text
+
+        assert wait_for(exported, timeout=60, interval=3), "eviction and residency metrics not exported"
     finally:
         placement.unpin(PINNED)
         for name in names:

@@ -154,7 +154,9 @@ def test_limits(stack):
 
 def test_extension_router_is_mounted(stack):
     r = stack.http.get("/v1/leaderboard")
-    assert r.status_code != 404, r.text
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "list" and isinstance(body["data"], list)
 
 
 def test_metrics_exported(stack):

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from benchmarks.stack import free_port
+from serving.ports import free_port
 from tests.serving.stack import image_messages  # the `stack` fixture lives in conftest.py
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from click.testing import CliRunner
 
 from serving.adapters import AdapterStore
 from serving.config import ServingConfig
+from serving.ports import free_port
 from serving.s3 import s3_env
 from training import publish
 from training.cli import main
@@ -19,17 +19,11 @@ from training.cli import main
 MODELS = Path(__file__).resolve().parents[2] / "models"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def serving_config(tmp_path_factory):
     from moto.server import ThreadedMotoServer
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port())
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port())
     server.start()
     d = ServingConfig.shipped("embedded").model_dump(mode="json")
     d["adapters"]["endpoint_url"] = f"http://127.0.0.1:{server._port}"
@@ -71,9 +65,25 @@ def test_publish_cli_prints_the_version_and_maps_bad_input_to_exit_2(serving_con
     assert base.exit_code == 2 and "unknown base 'nope'" in base.output
 
 
+def test_the_same_store_error_exits_the_same_from_maze_train_and_maze_serve(serving_config, export):
+    """An adapter name already published: AdapterExists exits 4 from both tools."""
+    from serving.cli import main as maze_serve
+    from tests.serving.conftest import make_adapter
+
+    other = make_adapter(export / "global_step_7" / "policy", seed=7)  # other weights than step 5's
+    first = CliRunner().invoke(main, ["publish", "--export", str(export), "--step", "5", "--name", "taken",
+                                      "--serving-config", serving_config])
+    assert first.exit_code == 0, first.output
+    train = CliRunner().invoke(main, ["publish", "--export", str(export), "--step", "7", "--name", "taken",
+                                      "--serving-config", serving_config])
+    serve = CliRunner().invoke(maze_serve, ["-c", serving_config, "adapters", "push", str(other), "taken"])
+    assert (train.exit_code, serve.exit_code) == (4, 4), (train.output, serve.output)
+    assert "exists" in train.output and "exists" in serve.output
+
+
 def test_an_unreachable_store_exits_3(tmp_path, export):
     d = ServingConfig.shipped("embedded").model_dump(mode="json")
-    d["adapters"]["endpoint_url"] = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    d["adapters"]["endpoint_url"] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     path = tmp_path / "down.yaml"
     path.write_text(yaml.safe_dump(d))
     out = CliRunner().invoke(main, ["publish", "--export", str(export), "--step", "5", "--name", "x",

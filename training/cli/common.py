@@ -1,4 +1,4 @@
-"""What every ``maze-train`` command shares: exit codes, the spec argument, the job client."""
+"""What every ``maze-train`` command shares: the spec argument, the job client, Ray's client logs."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from pydantic import ValidationError
 from training.errors import InvalidSpec
 from training.jobs import JobClient
 from training.spec import TrainSpec
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
 SPEC_ARG = click.argument("spec_path", metavar="[SPEC]", required=False, type=click.Path(exists=True, dir_okay=False))
 ADDRESS = click.option("--address", envvar="RAY_ADDRESS", required=True,

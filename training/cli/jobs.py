@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from agent.cli_boundary import json_option
+from agent.cli_boundary import EXIT_FAILED, EXIT_OK, json_option
 from training.cli.common import ADDRESS, DB, SPEC_ARG, job_client, load_spec, quiet_ray_client
 from training.cli.curves import record_points
 from training.errors import InvalidSpec
@@ -95,7 +95,7 @@ def logs(address: str, submission_id: str, follow: bool, db: str | None) -> None
     asyncio.run(follow_metrics(client, submission_id, on_line=click.echo,
                                on_metrics=lambda sm: record_points(db, submission_id, base, env_id, [sm])))
     info = client.info(submission_id)
-    sys.exit(0 if info.status == "SUCCEEDED" else 1)
+    sys.exit(EXIT_OK if info.status == "SUCCEEDED" else EXIT_FAILED)
 
 
 COMMANDS = [submit, status, list_jobs, stop, logs]

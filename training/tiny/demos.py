@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.env import Feedback
 from agent.mazes import MOVES, MazeLayout, generate, shortest_path
+from agent.profiles import PROFILE_FILE, AgentProfile, profile_data
 from agent.protocol import HistoryPolicy, Message, assistant_message, get_protocol, user_message
 from agent.registration import get_variant
 from training.tiny.fastpath import FrameCatalog, frame_url
@@ -43,7 +44,7 @@ from training.tiny.fastpath import FrameCatalog, frame_url
 #: The history policy the embedded model is trained and evaluated with.
 DEFAULT_HISTORY = "window:2"
 DEFAULT_PROTOCOL = "tuple"
-PROFILE_FILE = "agent_profile.json"
+LAB_PROFILE = AgentProfile(protocol=DEFAULT_PROTOCOL, history=HistoryPolicy.parse(DEFAULT_HISTORY))
 
 
 class DemoConfig(BaseModel):
@@ -87,8 +88,12 @@ def write_profile(model_dir: str | Path, protocol: str = DEFAULT_PROTOCOL, histo
 
 
 def read_profile(model_dir: str | Path) -> dict:
-    path = Path(model_dir) / PROFILE_FILE
-    return json.loads(path.read_text()) if path.exists() else {"protocol": DEFAULT_PROTOCOL, "history": DEFAULT_HISTORY}
+    """A model folder's profile, parsed by :class:`agent.profiles.AgentProfile`, as the rollouts take
+    it (protocol and history as strings) with the folder's other keys (``env_id``, ``max_turns``);
+    the lab's own default (:data:`DEFAULT_PROTOCOL`, :data:`DEFAULT_HISTORY`) when it has none."""
+    data = profile_data(model_dir)
+    profile = AgentProfile.from_dict(data) if data is not None else LAB_PROFILE
+    return {**(data or {}), **profile.to_dict()}
 
 
 def demo_episode(layout: MazeLayout, catalog: FrameCatalog, cfg: DemoConfig, noise: float,

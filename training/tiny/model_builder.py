@@ -50,28 +50,30 @@ class BuilderConfig(BaseModel):
     )
     vocab_size: int = Field(1024, ge=300, description="BPE target size (incl. 256 bytes + specials)")
     # text model
-    hidden_size: int = Field(256, ge=32)
-    num_hidden_layers: int = Field(4, ge=1)
-    num_attention_heads: int = Field(4, ge=1)
-    num_key_value_heads: int = Field(2, ge=1)
-    head_dim: int = Field(64, description="vLLM CPU attention supports 32, 64, 80, 96, 112, 128, ...")
-    intermediate_size: int = Field(768, ge=8)
-    max_position_embeddings: int = Field(8192, ge=512)
-    rope_theta: float = 5_000_000.0
+    hidden_size: int = Field(256, ge=32, description="text model width")
+    num_hidden_layers: int = Field(4, ge=1, description="text decoder layers")
+    num_attention_heads: int = Field(4, ge=1, description="query heads per text layer")
+    num_key_value_heads: int = Field(2, ge=1, description="key/value heads (grouped-query attention; divides the "
+                                     "query heads)")
+    head_dim: int = Field(64, description="attention head size; one vLLM's CPU attention supports (32, 64, 80, 96, "
+                          "112, 128, ...)")
+    intermediate_size: int = Field(768, ge=8, description="text MLP width")
+    max_position_embeddings: int = Field(8192, ge=512, description="longest sequence the text model accepts")
+    rope_theta: float = Field(5_000_000.0, description="RoPE base of the text model (Qwen3-VL's)")
     # vision tower
-    vision_hidden_size: int = Field(128, ge=16)
-    vision_depth: int = Field(4, ge=1)
-    vision_num_heads: int = Field(2, ge=1)
-    vision_intermediate_size: int = Field(512, ge=8)
+    vision_hidden_size: int = Field(128, ge=16, description="vision tower width")
+    vision_depth: int = Field(4, ge=1, description="vision tower blocks")
+    vision_num_heads: int = Field(2, ge=1, description="attention heads per vision block")
+    vision_intermediate_size: int = Field(512, ge=8, description="vision MLP width")
     deepstack_visual_indexes: tuple[int, ...] | None = Field(
         None, description="vision layers feeding deepstack; default: evenly spaced, at most 3"
     )
     num_position_embeddings: int = Field(576, description="learned vision position grid (a square)")
     # image geometry: patch 16 x merge 2 = 32 px per merged token
-    patch_size: int = 16
-    spatial_merge_size: int = 2
+    patch_size: int = Field(16, description="image patch side in pixels")
+    spatial_merge_size: int = Field(2, description="patches merged per side into one language token")
     image_cells: int = Field(7, ge=1, description="maze side in cells that maps to one token per cell")
-    initializer_range: float = 0.02
+    initializer_range: float = Field(0.02, description="standard deviation of the random weights")
 
     @model_validator(mode="after")
     def _check(self) -> BuilderConfig:

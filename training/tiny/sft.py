@@ -26,8 +26,9 @@ import logging
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -35,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from training.tiny.config_file import load_with_overrides
 from training.tiny.demos import DemoConfig, demo_stream, write_profile
-from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate, frame_rows, make_codec
+from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, PromptCodec, collate, frame_rows, make_codec
 from training.tiny.lora import lora_config
 from training.tiny.schedules import Schedule, lr_factor
 
@@ -53,8 +54,8 @@ class SFTConfig(BaseModel):
     demo: DemoConfig = Field(default_factory=DemoConfig, description="demonstration settings")
     batch_size: int = Field(512, ge=1, description="samples (turns) per optimizer step")
     lr: float = Field(1e-3, gt=0, description="peak AdamW learning rate")
-    weight_decay: float = Field(0.0, ge=0)
-    warmup_steps: int = Field(100, ge=0)
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    warmup_steps: int = Field(100, ge=0, description="steps of linear warm-up from 0 to lr")
     lr_schedule: Schedule = Field("constant", description="after warm-up: constant, or cosine to 0 at max_steps")
     lora_rank: int | None = Field(
         None, ge=1, description="train only a LoRA of this rank on the text model's projections (the GRPO adapter's "
@@ -62,15 +63,16 @@ class SFTConfig(BaseModel):
         "saved folders hold the merged weights")
     lora_vision: bool = Field(False, description="with lora_rank, a LoRA on the vision tower too (a diagnostic: "
                               "vLLM serves LoRA on the language model only)")
-    grad_clip: float = Field(1.0, gt=0)
-    max_steps: int = Field(4000, ge=1)
+    grad_clip: float = Field(1.0, gt=0, description="gradient norm clip per optimizer step")
+    max_steps: int = Field(4000, ge=1, description="optimizer steps of this run (a resumed run counts its own)")
     max_minutes: float = Field(8.0, gt=0, description="wall-clock budget for the training loop")
-    log_every: int = Field(20, ge=1)
+    log_every: int = Field(20, ge=1, description="steps between train records (loss, accuracies, lr) in metrics.jsonl")
     eval_every: int = Field(100, ge=1, description="steps between closed-loop evaluations")
     eval_every_near: int = Field(25, ge=1, description="eval interval once the rate passes near_rate")
     near_rate: float = Field(0.15, description="solve rate from which evaluation gets denser")
     eval_seeds: int = Field(64, ge=1, description="evaluate on seeds 0..N-1")
-    eval_max_turns: int = Field(15, ge=1)
+    eval_max_turns: int = Field(15, ge=1, description="turn limit of the evaluation episodes (the eval limit of "
+                                "maze_2d/simple)")
     band: tuple[float, float] = Field((0.35, 0.55), description="solve-rate band for the SFT base")
     target_rate: float = Field(0.4375, description="pick the in-band checkpoint closest to this")
     stop_above_band: bool = Field(True, description="stop once the runner-measured rate is above the band")
@@ -81,8 +83,9 @@ class SFTConfig(BaseModel):
         "(with stop_rate, the one on the rising edge of the take-off)")
     confirm_with_runner: bool = Field(True, description="re-measure in-band checkpoints with the real runner")
     resume: bool = Field(False, description="continue from {out_dir}/last_state.pt if present")
-    num_workers: int = Field(8, ge=0)
-    device: str = Field("cpu")
+    num_workers: int = Field(8, ge=0, description="DataLoader workers drawing demonstrations (0: in the training "
+                             "process)")
+    device: str = Field("cpu", description="torch device: cpu, cuda or cuda:N")
 
     @model_validator(mode="after")
     def _vision_needs_rank(self) -> SFTConfig:
@@ -151,13 +154,31 @@ def save_model_folder(model, init_dir: str | Path, out: str | Path, meta: dict) 
 
 
 # -- main loop -------------------------------------------------------------------------------
-def train(cfg: SFTConfig) -> dict:
-    """Run SFT; returns a summary (selected checkpoint, its rates, timings)."""
+@dataclass
+class SFTRun:
+    """What the loop works with: the model on the fast path, its optimizer and schedule, the eval set."""
+
+    cfg: SFTConfig
+    device: torch.device
+    out: Path
+    processor: Any
+    model: Any
+    fast: FastQwen3VL
+    bank: FrameBank
+    codec: PromptCodec
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+    loader: torch.utils.data.DataLoader
+    eval_layouts: list
+    settings: Any  # training.tiny.rollout.RolloutSettings (imported with torch's heavy parts, lazily)
+
+
+def start_sft(cfg: SFTConfig) -> SFTRun:
+    """Seed everything and build the model (or its LoRA probe), optimizer, schedule and data loader."""
     from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
 
     from agent.mazes import generate_from_seed
-    from training.tiny.hf_policy import evaluate_hf
-    from training.tiny.rollout import RolloutSettings, play, solve_rate
+    from training.tiny.rollout import RolloutSettings
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -173,108 +194,133 @@ def train(cfg: SFTConfig) -> dict:
 
         model = get_peft_model(model, lora_config(cfg.lora_rank, cfg.lora_rank, cfg.lora_vision))
     model.train()
-    catalog = FrameCatalog(7)
-    bank = FrameBank(catalog, processor.image_processor, device,
+    bank = FrameBank(FrameCatalog(7), processor.image_processor, device,
                      dtype=torch.bfloat16 if device.type == "cuda" else torch.float32)
     t0 = time.perf_counter()
     if device.type == "cuda":
         bank.fill()  # all 13k frames up front (~8 GB bf16), so the training loop never waits
         log.info("frame bank filled in %.1fs", time.perf_counter() - t0)
-    fast = FastQwen3VL(model, bank.grid_thw)
-    codec = make_codec(processor)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model %.2fM params; config %s", n_params / 1e6, cfg.model_dump_json())
-
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95),
                             fused=device.type == "cuda")
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.lr_schedule, cfg.warmup_steps, cfg.max_steps))
     loader = torch.utils.data.DataLoader(DemoBatches(cfg), batch_size=None, num_workers=cfg.num_workers,
                                          pin_memory=device.type == "cuda", persistent_workers=cfg.num_workers > 0,
                                          prefetch_factor=4 if cfg.num_workers else None)
-    eval_layouts = [generate_from_seed(7, 7, s) for s in range(cfg.eval_seeds)]
     settings = RolloutSettings(max_turns=cfg.eval_max_turns, temperature=0.0, history=cfg.demo.history,
                                protocol=cfg.demo.protocol)
-    metrics_f = (out / "metrics.jsonl").open("a")
-    saved: list[dict] = []
+    return SFTRun(cfg=cfg, device=device, out=out, processor=processor, model=model,
+                  fast=FastQwen3VL(model, bank.grid_thw), bank=bank, codec=make_codec(processor), opt=opt, sched=sched,
+                  loader=loader, eval_layouts=[generate_from_seed(7, 7, s) for s in range(cfg.eval_seeds)],
+                  settings=settings)
 
-    def emit(rec: dict) -> None:
-        metrics_f.write(json.dumps(rec) + "\n")
-        metrics_f.flush()
 
-    samples, next_eval, rate, start = 0, cfg.eval_every, 0.0, 0
-    state_path = out / "last_state.pt"
-    if cfg.resume and state_path.exists():
-        state = torch.load(state_path, map_location=device, weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        sched.load_state_dict(state["sched"])
-        start, samples = state["step"], state["samples"]
-        next_eval = start + cfg.eval_every_near
-        log.info("resumed at step %d (%d samples)", start, samples)
-    t_train = time.perf_counter()
-    acc = {"loss": 0.0, "token_acc": 0.0, "action_acc": 0.0, "n": 0}
-    step = start
-    for step, batch in enumerate(loader, start=start + 1):
-        loss, stats = sft_loss(fast, bank, batch, device)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        sched.step()
-        samples += batch["input_ids"].shape[0]
-        acc["loss"] += loss.detach()
-        acc["token_acc"] += stats["token_acc"]
-        acc["action_acc"] += stats["action_acc"]
-        acc["n"] += 1
-        elapsed = time.perf_counter() - t_train
-        if step % cfg.log_every == 0 or step == 1:
-            n = acc.pop("n")
-            rec = {"step": step, "samples": samples, "elapsed_s": round(elapsed, 2),
-                   "lr": sched.get_last_lr()[0], "samples_per_s": round(samples / elapsed, 1)}
-            rec |= {k: round(float(v) / n, 4) for k, v in acc.items()}
-            log.info("step %d %s", step, rec)
-            emit({"kind": "train", **rec})
-            acc = {"loss": 0.0, "token_acc": 0.0, "action_acc": 0.0, "n": 0}
-        done = step - start >= cfg.max_steps or elapsed > cfg.max_minutes * 60
-        if step >= next_eval or done:
-            model.eval()
-            te = time.perf_counter()
-            rate = solve_rate(play(fast, bank, codec, catalog, eval_layouts, settings, device=device))
-            rec = {"kind": "eval", "step": step, "samples": samples, "elapsed_s": round(elapsed, 2),
-                   "solve_rate_fast": rate, "eval_s": round(time.perf_counter() - te, 2)}
-            lo, hi = cfg.band
-            hi_check = hi + 0.05 if cfg.confirm_with_runner else hi
-            if lo <= rate <= hi_check:
-                checked = rate  # the rate a checkpoint is judged by: the runner's when it is asked
-                if cfg.confirm_with_runner:
-                    checked, _ = evaluate_hf(model, processor, range(cfg.eval_seeds), cfg.demo.history,
-                                             cfg.eval_max_turns, label=f"sft-step{step}")
-                    rec["solve_rate_runner"] = checked
-                if lo <= checked <= hi:
-                    meta = {"step": step, "samples": samples, "solve_rate": checked, "solve_rate_fast": rate,
-                            "solve_rate_runner": rec.get("solve_rate_runner"), "train_seconds": round(elapsed, 1),
-                            "seed": cfg.seed}
-                    path = save_model_folder(model, cfg.init_dir, out / "checkpoints" / f"step_{step}", meta)
-                    saved.append({**meta, "path": str(path)})
-            model.train()
-            log.info("eval %s", rec)
-            emit(rec)
-            rate_now = rec.get("solve_rate_runner", rate)
-            next_eval = step + (cfg.eval_every_near if rate >= cfg.near_rate else cfg.eval_every)
-            if cfg.stop_above_band and rate_now > cfg.band[1] and rec.get("solve_rate_runner") is not None:
-                log.info("solve rate %.3f is above the band: stopping", rate_now)
-                done = True
-            if cfg.stop_above_band and rate > cfg.band[1] + 0.1:
-                done = True
-            if cfg.stop_rate is not None and rate >= cfg.stop_rate:
-                log.info("solve rate %.3f reached stop_rate %.3f: stopping", rate, cfg.stop_rate)
-                done = True
-        if done:
-            break
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step,
-                "samples": samples}, state_path)
+def resume_sft(run: SFTRun) -> tuple[int, int, int]:
+    """(step, samples seen, next evaluation step): from ``last_state.pt`` with ``resume``, else a fresh start."""
+    state_path = run.out / "last_state.pt"
+    if not (run.cfg.resume and state_path.exists()):
+        return 0, 0, run.cfg.eval_every
+    state = torch.load(state_path, map_location=run.device, weights_only=False)
+    run.model.load_state_dict(state["model"])
+    run.opt.load_state_dict(state["opt"])
+    run.sched.load_state_dict(state["sched"])
+    start, samples = state["step"], state["samples"]
+    log.info("resumed at step %d (%d samples)", start, samples)
+    return start, samples, start + run.cfg.eval_every_near
+
+
+class TrainStats:
+    """Loss and accuracies summed over the steps since the last ``train`` record."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.sums = {"loss": 0.0, "token_acc": 0.0, "action_acc": 0.0}
+        self.n = 0
+
+    def add(self, loss: torch.Tensor, stats: dict) -> None:
+        self.sums["loss"] += loss.detach()
+        self.sums["token_acc"] += stats["token_acc"]
+        self.sums["action_acc"] += stats["action_acc"]
+        self.n += 1
+
+    def record(self) -> dict:
+        """The means since the last record; starts a new window."""
+        out = {k: round(float(v) / self.n, 4) for k, v in self.sums.items()}
+        self._reset()
+        return out
+
+
+def train_step(run: SFTRun, batch: dict) -> tuple[torch.Tensor, dict]:
+    """One optimizer step on ``batch``: its loss and accuracies."""
+    loss, stats = sft_loss(run.fast, run.bank, batch, run.device)
+    run.opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.cfg.grad_clip)
+    run.opt.step()
+    run.sched.step()
+    return loss, stats
+
+
+def evaluate_step(run: SFTRun, step: int, samples: int, elapsed: float, saved: list[dict]) -> dict:
+    """The closed-loop greedy solve rate at ``step`` (and the runner's, for an in-band rate with
+    ``confirm_with_runner``); an in-band checkpoint is saved and appended to ``saved``. The eval record."""
+    from training.tiny.hf_policy import evaluate_hf
+    from training.tiny.rollout import play, solve_rate
+
+    cfg = run.cfg
+    run.model.eval()
+    te = time.perf_counter()
+    rate = solve_rate(play(run.fast, run.bank, run.codec, run.bank.catalog, run.eval_layouts, run.settings,
+                           device=run.device))
+    rec = {"kind": "eval", "step": step, "samples": samples, "elapsed_s": round(elapsed, 2),
+           "solve_rate_fast": rate, "eval_s": round(time.perf_counter() - te, 2)}
+    lo, hi = cfg.band
+    if lo <= rate <= (hi + 0.05 if cfg.confirm_with_runner else hi):
+        checked = rate  # the rate a checkpoint is judged by: the runner's when it is asked
+        if cfg.confirm_with_runner:
+            checked, _ = evaluate_hf(run.model, run.processor, range(cfg.eval_seeds), cfg.demo.history,
+                                     cfg.eval_max_turns, label=f"sft-step{step}")
+            rec["solve_rate_runner"] = checked
+        if lo <= checked <= hi:
+            meta = {"step": step, "samples": samples, "solve_rate": checked, "solve_rate_fast": rate,
+                    "solve_rate_runner": rec.get("solve_rate_runner"), "train_seconds": round(elapsed, 1),
+                    "seed": cfg.seed}
+            path = save_model_folder(run.model, cfg.init_dir, run.out / "checkpoints" / f"step_{step}", meta)
+            saved.append({**meta, "path": str(path)})
+    run.model.train()
+    log.info("eval %s", rec)
+    return rec
+
+
+def stops_here(cfg: SFTConfig, rec: dict) -> bool:
+    """Whether an evaluation ends the run: above the band (by the runner, or well above it by the
+    fast rate) with ``stop_above_band``, or at ``stop_rate``."""
+    rate = rec["solve_rate_fast"]
+    rate_now = rec.get("solve_rate_runner", rate)
+    done = False
+    if cfg.stop_above_band and rate_now > cfg.band[1] and rec.get("solve_rate_runner") is not None:
+        log.info("solve rate %.3f is above the band: stopping", rate_now)
+        done = True
+    if cfg.stop_above_band and rate > cfg.band[1] + 0.1:
+        done = True
+    if cfg.stop_rate is not None and rate >= cfg.stop_rate:
+        log.info("solve rate %.3f reached stop_rate %.3f: stopping", rate, cfg.stop_rate)
+        done = True
+    return done
+
+
+def finish_sft(run: SFTRun, step: int, samples: int, rate: float, saved: list[dict], t_train: float) -> dict:
+    """Save the resume state, copy the selected checkpoint to ``selected`` and the final weights to
+    ``last``; the run's summary (also written to ``summary.json``; ``t_train``: when the loop began)."""
+    cfg, out = run.cfg, run.out
+    torch.save({"model": run.model.state_dict(), "opt": run.opt.state_dict(), "sched": run.sched.state_dict(),
+                "step": step, "samples": samples}, out / "last_state.pt")
     summary = {"steps": step, "samples": samples, "train_seconds": round(time.perf_counter() - t_train, 1),
-               "last_fast_rate": rate, "saved": saved, "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
+               "last_fast_rate": rate,
+               "saved": saved, "device": torch.cuda.get_device_name() if run.device.type == "cuda" else "cpu"}
     if saved:
         best = saved[-1] if cfg.select == "last" else min(
             saved, key=lambda s: abs(s["solve_rate"] - cfg.target_rate))
@@ -284,11 +330,44 @@ def train(cfg: SFTConfig) -> dict:
         shutil.copytree(best["path"], sel)
         summary["selected"] = best
     # The final weights too (a continuation past the band is judged by them).
-    save_model_folder(model, cfg.init_dir, out / "last", {"step": step, "samples": samples, "last_fast_rate": rate})
+    save_model_folder(run.model, cfg.init_dir, out / "last", {"step": step, "samples": samples, "last_fast_rate": rate})
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     log.info("summary %s", summary)
-    metrics_f.close()
     return summary
+
+
+def train(cfg: SFTConfig) -> dict:
+    """Run SFT; returns a summary (selected checkpoint, its rates, timings)."""
+    run = start_sft(cfg)
+    start, samples, next_eval = resume_sft(run)
+    saved: list[dict] = []
+    rate, step, acc = 0.0, start, TrainStats()
+    t_train = time.perf_counter()
+    with (run.out / "metrics.jsonl").open("a") as metrics_f:
+        def emit(rec: dict) -> None:
+            metrics_f.write(json.dumps(rec) + "\n")
+            metrics_f.flush()
+
+        for step, batch in enumerate(run.loader, start=start + 1):
+            loss, stats = train_step(run, batch)
+            samples += batch["input_ids"].shape[0]
+            acc.add(loss, stats)
+            elapsed = time.perf_counter() - t_train
+            if step % cfg.log_every == 0 or step == 1:
+                rec = {"step": step, "samples": samples, "elapsed_s": round(elapsed, 2),
+                       "lr": run.sched.get_last_lr()[0], "samples_per_s": round(samples / elapsed, 1)} | acc.record()
+                log.info("step %d %s", step, rec)
+                emit({"kind": "train", **rec})
+            done = step - start >= cfg.max_steps or elapsed > cfg.max_minutes * 60
+            if step >= next_eval or done:
+                rec = evaluate_step(run, step, samples, elapsed, saved)
+                emit(rec)
+                rate = rec["solve_rate_fast"]
+                next_eval = step + (cfg.eval_every_near if rate >= cfg.near_rate else cfg.eval_every)
+                done = stops_here(cfg, rec) or done
+            if done:
+                break
+        return finish_sft(run, step, samples, rate, saved, t_train)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,5 @@
-"""The SkyRL key list: how it is extracted, and that it matches the wheel when one is at hand."""
+"""The SkyRL key list: how it is extracted, and that it matches the pinned skyrl wheel (fetched by
+scripts/setup.sh into .cache/wheels/, or named by SKYRL_WHEEL)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Optional
 
 import pytest
 
-from training.skyrl.keys import _KEYS_FILE, is_known_key
+from training.skyrl.keys import _KEYS_FILE, SKYRL_VERSION, is_known_key
 
 ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("extract_skyrl_keys", ROOT / "scripts" / "extract_skyrl_keys.py")
@@ -43,8 +44,16 @@ def test_walk_flattens_nested_dataclasses():
     assert is_known_key("model.kwargs.anything.deep", keys) and not is_known_key("model.lora.alpha", keys)
 
 
-@pytest.mark.skipif(not os.environ.get("SKYRL_WHEEL"), reason="set SKYRL_WHEEL to a skyrl-0.4.0 wheel to compare")
+def skyrl_wheel() -> Path:
+    """``SKYRL_WHEEL`` when set, else the wheel scripts/fetch_skyrl_wheel.sh (run by setup) leaves."""
+    given = os.environ.get("SKYRL_WHEEL")
+    return Path(given) if given else ROOT / ".cache" / "wheels" / f"skyrl-{SKYRL_VERSION}-py3-none-any.whl"
+
+
 def test_key_file_matches_the_wheel(tmp_path):
+    wheel = skyrl_wheel()
+    assert wheel.is_file(), (f"no skyrl {SKYRL_VERSION} wheel at {wheel}: scripts/setup.sh fetches it "
+                             "(scripts/fetch_skyrl_wheel.sh), or set SKYRL_WHEEL")
     out = tmp_path / "keys.txt"
-    extract.main([os.environ["SKYRL_WHEEL"], "--out", str(out)])
+    extract.main([str(wheel), "--out", str(out)])
     assert out.read_text() == _KEYS_FILE.read_text()
