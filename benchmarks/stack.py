@@ -58,11 +58,12 @@ def _lora(base: Path, out: Path, seed: int) -> Path:
 
 
 def stack_config(base_dir: Path, *, name: str = "maze-gateway-test", auth_env: str | None = None,
-                 resolve_ttl_s: float = 1.0, adapters_per_replica: int | None = None,
+                 keys_file: str | None = None, resolve_ttl_s: float = 1.0, adapters_per_replica: int | None = None,
                  layout: str | None = None, ingress: str | None = None) -> ServingConfig:
     """The shipped embedded config on free ports, pointing at ``base_dir``; ``layout`` and ``ingress``
     (default: the embedded config's, or ``$MAZE_TEST_LAYOUT`` / ``$MAZE_TEST_INGRESS``) pick the
-    Serve layout and who listens on the port."""
+    Serve layout and who listens on the port; ``auth_env`` (flat keys) and ``keys_file`` (scoped
+    keys, re-read every 2 s) turn auth on."""
     d = ServingConfig.shipped("embedded").model_dump(mode="json")
     d["layout"] = layout or os.environ.get(LAYOUT_ENV) or d["layout"]
     d["ingress"] = ingress or os.environ.get(INGRESS_ENV) or d["ingress"]
@@ -73,7 +74,7 @@ def stack_config(base_dir: Path, *, name: str = "maze-gateway-test", auth_env: s
     d["port"] = free_port()
     d["adapters"]["endpoint_url"] = f"http://127.0.0.1:{free_port()}"
     d["adapters"]["resolve_ttl_s"] = resolve_ttl_s
-    d["auth"] = {"api_keys_env": auth_env}
+    d["auth"] = {"api_keys_env": auth_env, "keys_file": keys_file, **({"reload_s": 2.0} if keys_file else {})}
     d["limits"] = {"max_body_bytes": 2 * 2**20, "max_images_per_request": 4, "max_image_bytes": 256 * 2**10}
     if adapters_per_replica:
         d["lora"]["adapters_per_replica"] = adapters_per_replica

@@ -7,6 +7,10 @@
   key goes nowhere but the same app's auth check.
 * ``GET /v1/leaderboard`` returns the leaderboard as JSON.
 
+With API keys on, both follow the caller's model scope (``model_visible`` in the request state,
+left there by the gateway's key gate): an episode of a model outside it is OpenAI's 404, and the
+leaderboard shows only the rows of models in it.
+
 The gateway loads this router by import path (``ServingConfig.extensions``), so ``serving``
 never imports ``evaluation``.
 """
@@ -27,6 +31,7 @@ from agent.registration import DEFAULT_ENV_ID
 from agent.runner import EpisodeSpec, run_episodes_async
 from evaluation.leaderboard import leaderboard
 from evaluation.store import Store, resolve_db_url
+from serving.errors import ModelAccessDenied
 
 router = APIRouter(tags=["evaluation"])
 MAX_SEED = 2**63 - 1
@@ -68,8 +73,16 @@ def in_process_client(app: Any, api_key: str, timeout_s: float):
     return AsyncOpenAI(base_url=INTERNAL_BASE_URL, api_key=api_key, http_client=http, max_retries=0)
 
 
+def _visible(request: Request):
+    """The caller's model scope: the gateway's key gate leaves ``model_visible(model) -> bool`` in
+    the request state when keys are on (absent: every model is visible)."""
+    return getattr(request.state, "model_visible", None) or (lambda model: True)
+
+
 @router.post("/v1/episodes")
 async def play_episode(body: EpisodeRequest, request: Request) -> dict[str, Any]:
+    if not _visible(request)(body.model):  # the episode's own calls would be refused the same way
+        raise ModelAccessDenied.of(body.model)
     try:
         cfg = RunnerConfig(env_id=body.env_id, max_turns=body.max_turns, protocol=body.protocol, history=body.history,
                            sampling=SamplingParams(temperature=body.temperature, max_tokens=body.max_tokens),
@@ -97,10 +110,12 @@ def _store(url: str) -> Store:
 
 
 @router.get("/v1/leaderboard")
-async def get_leaderboard(env: str | None = None) -> dict[str, Any]:
+async def get_leaderboard(request: Request, env: str | None = None) -> dict[str, Any]:
+    visible = _visible(request)  # a key sees the rows of the models it may call
+
     def read() -> list[dict[str, Any]]:
         # The URL is read per request (MAZE_DB or the default file), the store behind it kept.
         store = _store(resolve_db_url(None))
-        return [{"model": r.model, **r.model_dump(mode="json")} for r in leaderboard(store, env)]
+        return [{"model": r.model, **r.model_dump(mode="json")} for r in leaderboard(store, env) if visible(r.model)]
 
     return {"object": "list", "data": await asyncio.to_thread(read)}

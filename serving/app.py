@@ -115,7 +115,8 @@ def serving_args(cfg: ServingConfig) -> dict[str, Any]:
             "ray_actor_options": {"num_cpus": 0, "runtime_env": {"env_vars": s3_env(cfg)},
                                   **({"resources": dict(cfg.replicas.ingress_resources)}
                                      if cfg.replicas.ingress_resources else {})},
-            **({"num_replicas": 1} if _fixed_size(cfg) else {}),
+            **({"num_replicas": cfg.replicas.ingress_replicas or 1}
+               if _fixed_size(cfg) or cfg.replicas.ingress_replicas else {}),
         },
     }
 

@@ -3,9 +3,10 @@
 Exit codes (agent.cli_boundary's table; serving's errors map by their HTTP status): 0 ok; 1 the
 embedded stack could not start or stop (port taken, model missing, not ready), `status` not
 ready, or an unexpected error; 2 bad input (invalid adapter, bad name or version, bad canary
-weight, bad config, no permission, missing file); 3 adapter store unavailable; 4 not found /
-already exists / nothing to roll back to / no canary running / the alias changed concurrently;
-130 interrupted. Every failure is one line on stderr; ``--verbose`` adds the traceback.
+weight, bad config, no permission or a key a gateway refused (401, 403, 429), missing file); 3
+adapter store or gateway unavailable; 4 not found / already exists / nothing to roll back to / no
+canary running / the alias changed concurrently; 130 interrupted. Every failure is one line on
+stderr; ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -45,10 +46,23 @@ def _config(ctx: click.Context) -> ServingConfig:
 
 
 def _store(cfg: ServingConfig) -> AdapterStore:
+    """The config's S3 store, or with ``adapters --gateway URL`` the gateway's management routes
+    (the caller's API key and role decide there; serving.gateway_client)."""
     from serving.s3 import export_s3_env
 
+    gateway = click.get_current_context().find_root().obj.get("gateway")
+    if gateway is not None:
+        from serving.gateway_client import GatewayAdapters
+
+        return GatewayAdapters(*gateway)
     export_s3_env(cfg)  # credentials for a local S3 server when the config points at one
     return AdapterStore(cfg.adapters)
+
+
+def _gateway_options(fn):
+    fn = click.option("--api-key", envvar="MAZE_API_KEY", help="the gateway's API key (env MAZE_API_KEY)")(fn)
+    return click.option("--gateway", envvar="MAZE_GATEWAY_URL",
+                        help="a gateway's base URL (env MAZE_GATEWAY_URL)")(fn)
 
 
 @click.group(cls=boundary_group(_error_of),
@@ -146,11 +160,27 @@ def logs(name: str | None, lines: int) -> None:
 
 
 @main.group()
-def adapters() -> None:
-    """List, push, promote, roll back, canary and remove LoRA adapters in the config's S3 prefix."""
+@_gateway_options
+@click.pass_context
+def adapters(ctx: click.Context, gateway: str | None, api_key: str | None) -> None:
+    """List, push, promote, roll back, canary and remove LoRA adapters in the config's S3 prefix.
+
+    With --gateway the commands go through that gateway's management routes, where the API key's
+    role decides (a publisher on the names its models cover, an admin on any); without it they
+    write S3 directly with the caller's AWS credentials (IAM decides; docs/serving.md)."""
+    if gateway:
+        ctx.find_root().obj["gateway"] = (gateway, api_key)
 
 
-register_placement(adapters, lambda ctx: _config(ctx), lambda cfg: _store(cfg), json_option)
+def _s3_store(cfg: ServingConfig) -> AdapterStore:
+    """The S3 store itself: placement (pin, unpin, where) has no gateway route."""
+    if click.get_current_context().find_root().obj.get("gateway") is not None:
+        raise BadRequest("pin, unpin and where write the store directly (no gateway route): run them without "
+                         "--gateway / MAZE_GATEWAY_URL, with the store's credentials")
+    return _store(cfg)
+
+
+register_placement(adapters, lambda ctx: _config(ctx), _s3_store, json_option)
 
 
 @adapters.command("list")
@@ -265,6 +295,33 @@ def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
     for m in moves:
         click.echo(f"{m.version}\t{m.at}\t{m.action}" + (f"\t{m.weight:g}%" if m.weight is not None else ""))
 
+
+
+@main.command()
+@click.option("--since", default="1h", show_default=True, help="how far back: 90s, 30m, 2h, 1d")
+@click.option("--key", "key_name", help="one key's name (an admin sees every key, another key its own)")
+@_gateway_options
+@json_option()
+def usage(since: str, key_name: str | None, gateway: str | None, api_key: str | None, as_json: bool) -> None:
+    """Requests, errors and tokens per API key and model, from the gateway (default: the embedded stack)."""
+    from serving import embedded
+    from serving.gateway_client import GatewayAdapters
+
+    if gateway is None:
+        info = embedded.status()
+        if not info["running"]:
+            raise BadRequest("no gateway: pass --gateway URL (or MAZE_GATEWAY_URL), or start one with `maze-serve up`")
+        gateway = info["base_url"]
+    out = GatewayAdapters(gateway, api_key).usage(since, key_name)
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    if not out["auth"]:
+        click.echo("the gateway runs without API keys: no usage per key is recorded", err=True)
+    click.echo("key\tmodel\trequests\terrors\tprompt_tokens\tcompletion_tokens")
+    for r in out["data"]:
+        click.echo(f"{r['key']}\t{r['model']}\t{r['requests']}\t{r['errors']}\t{r['prompt_tokens']}\t"
+                   f"{r['completion_tokens']}")
 
 
 @main.group()

@@ -149,6 +149,11 @@ class ReplicaSpec(_Model):
         description=(
             "custom Ray resources each LLM replica takes, e.g. {maze_replica: 1}: with nodes that offer one "
             "unit each, no node holds two replicas (placement is explicit, not left to the scheduler)"))
+    ingress_replicas: int | None = Field(
+        None, ge=1,
+        description="ingress replicas (layout 'standard'), a fixed number; None: one when the LLM replicas are a "
+                    "fixed number, else Ray Serve LLM's ingress autoscaling. Limits and usage hold across them "
+                    "when auth.store is shared (redis)")
     ingress_resources: dict[str, float] = Field(
         default_factory=dict,
         description="custom Ray resources the ingress replica takes, e.g. {maze_head: 0.01} to keep it on the head")
@@ -179,10 +184,123 @@ class RoutingSpec(_Model):
                      "low spreads sooner (more adapter loads), high keeps more affinity"))
 
 
-class AuthSpec(_Model):
-    """Optional bearer-token auth."""
+Role = Literal["inference", "publisher", "admin"]
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
-    api_keys_env: str | None = Field(None, description="env var holding comma-separated API keys; None: no auth")
+
+class KeyLimitsSpec(_Model):
+    """What one key may use; each limit is off when unset. Counted over a sliding window of
+    ``auth.limit_window_s`` (a minute by default, as OpenAI's RPM and TPM), across every ingress
+    replica when ``auth.store`` is shared."""
+
+    requests: int | None = Field(None, ge=1, description="requests per window (RPM with the default window)")
+    tokens: int | None = Field(
+        None, ge=1, description="prompt + completion tokens per window (TPM with the default window); a request is "
+                                "admitted while the window's tokens are below the limit and charged when its usage is known")
+    concurrent: int | None = Field(None, ge=1, description="requests in flight at once")
+    window_s: float | None = Field(
+        None, gt=0, le=3600, description="this key's window in seconds (None: auth.limit_window_s); a short window "
+                                         "spreads the same rate evenly, so a refused client waits less")
+
+
+class ApiKeySpec(_Model):
+    """One API key: a tenant, the models it may call and what else it may do."""
+
+    name: str = Field(description="the tenant: names the key in usage, metrics and limits (unique per key file)")
+    role: Role = Field(
+        "inference",
+        description="'inference': call and list the models in `models`; 'publisher': also push versions and run "
+                    "canaries of adapter names `models` covers, and promote, abort or roll them back; 'admin': "
+                    "everything, on every name (`models` still scopes what it calls)")
+    models: list[str] = Field(
+        min_length=1,
+        description="fnmatch patterns over '<base>' and '<base>:<adapter>' (a version suffix is ignored), e.g. "
+                    "['maze-tiny', 'maze-tiny:team-a-*']; '*' is every model")
+    secrets: list[str] = Field(
+        default_factory=list, description="the key's bearer tokens in clear (held only as sha256 once loaded); "
+                                          "several allow rotation")
+    sha256: list[str] = Field(default_factory=list, description="hex sha256 digests of the key's bearer tokens")
+    limits: KeyLimitsSpec = Field(default_factory=KeyLimitsSpec, description="rate and concurrency limits")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"key name {v!r} must be 1-128 of letters, digits, '.', '_' or '-'")
+        return v
+
+    @field_validator("sha256")
+    @classmethod
+    def _digests(cls, v: list[str]) -> list[str]:
+        bad = [d for d in v if not _SHA256.match(d)]
+        if bad:
+            raise ValueError(f"sha256 entries must be 64 lowercase hex digits, got {len(bad)} that are not")
+        return v
+
+    @model_validator(mode="after")
+    def _some_secret(self) -> ApiKeySpec:
+        if not self.secrets and not self.sha256:
+            raise ValueError(f"key {self.name!r} has no secret: give `secrets` or `sha256`")
+        if any(len(s) < 16 for s in self.secrets):
+            raise ValueError(f"key {self.name!r}: secrets must be at least 16 characters")
+        return self
+
+
+class KeyFileSpec(_Model):
+    """The content of a key file (``auth.keys_file``) or variable (``auth.keys_env``): YAML or JSON."""
+
+    keys: list[ApiKeySpec] = Field(description="the keys")
+
+    @model_validator(mode="after")
+    def _unique(self) -> KeyFileSpec:
+        names = [k.name for k in self.keys]
+        if len(names) != len(set(names)):
+            raise ValueError(f"key names must be unique: {sorted({n for n in names if names.count(n) > 1})}")
+        return self
+
+
+class RateStoreSpec(_Model):
+    """Where limit counters and usage live."""
+
+    kind: Literal["memory", "redis"] = Field(
+        "memory", description="'memory': in the ingress replica's process (one replica: the embedded stack); "
+                              "'redis': a Redis server every ingress replica shares, so limits hold across them")
+    url_env: str = Field("MAZE_REDIS_URL", description="env var holding the Redis URL (redis://[:password@]host:port/db)")
+    on_error: Literal["open", "closed"] = Field(
+        "open", description="when the store cannot be reached: 'open' admits requests under this replica's own "
+                            "in-process counters (limits then hold per replica), 'closed' answers 503")
+    timeout_s: float = Field(
+        1.0, gt=0, description="timeout of one store call (a Redis call takes well under a millisecond; the margin "
+                               "is for a replica whose event loop is busy)")
+    retry_after_error_s: float = Field(
+        5.0, ge=0, description="after a failed store call, seconds the replica goes straight to `on_error` before "
+                               "trying the store again (an outage does not cost every request a timeout)")
+    prefix: str = Field("maze:", description="prefix of every key the gateway writes in the store")
+
+
+class AuthSpec(_Model):
+    """API keys: who may call which models, do what, and how much. Off when no source is set."""
+
+    api_keys_env: str | None = Field(
+        None, description="env var holding comma-separated API keys, each an admin over every model with no limits "
+                          "(the flat form; named 'key-<sha256 prefix>')")
+    keys_file: str | None = Field(
+        None, description="path of a key file (KeyFileSpec as YAML or JSON), e.g. a mounted Kubernetes Secret")
+    keys_env: str | None = Field(None, description="env var holding a key file's content")
+    reload_s: float = Field(
+        30.0, ge=0, description="seconds a loaded key set is used before the sources are read again: keys are "
+                                "added, changed or revoked without a restart within this time")
+    limit_window_s: float = Field(60.0, gt=0, le=3600, description="the sliding window of the key limits, in seconds")
+    concurrency_lease_s: float = Field(
+        900.0, gt=0, description="a request in flight counts against `concurrent` at most this long (bounds what a "
+                                 "replica that died mid-request leaves counted in a shared store)")
+    usage_retention_s: float = Field(
+        86400.0, gt=0, description="seconds of per-minute usage kept for `GET /v1/usage` (Prometheus keeps the rest)")
+    store: RateStoreSpec = Field(default_factory=RateStoreSpec, description="limit counters and usage")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.api_keys_env or self.keys_file or self.keys_env)
 
 
 class LimitsSpec(_Model):
@@ -199,6 +317,9 @@ class LimitsSpec(_Model):
         description="image pixels in all in one request: bounds the vision work per request (413 above)")
     max_choices: int = Field(
         16, ge=1, description="largest `n` (and `best_of`): completions generated per request (400 above)")
+    max_upload_bytes: int = Field(
+        4 * 2**30, ge=1024,
+        description="largest adapter upload (`POST /v1/adapters/{name}/versions`, a tar of the folder; 413 above)")
 
 
 class ServingConfig(_Model):

@@ -30,8 +30,41 @@ class Unauthorized(ServingError):
     status_code, error_type, code = 401, "authentication_error", "invalid_api_key"
 
 
+class Forbidden(ServingError):
+    """The key is valid but its role or scope does not allow the action."""
+
+    status_code, error_type, code = 403, "permission_error", "insufficient_permissions"
+
+
 class ModelNotFound(ServingError):
     status_code, error_type, code = 404, "invalid_request_error", "model_not_found"
+
+
+class ModelAccessDenied(ModelNotFound):
+    """A model outside the key's scope: answered as OpenAI answers a model that is missing or not
+    the key's, so a key learns nothing about models it may not use."""
+
+    @classmethod
+    def of(cls, model: str) -> ModelAccessDenied:
+        return cls(f"The model `{model}` does not exist or you do not have access to it.")
+
+
+class RateLimited(ServingError):
+    """A key over its request or concurrency limit (OpenAI's type ``requests``)."""
+
+    status_code, error_type, code = 429, "requests", "rate_limit_exceeded"
+
+
+class TokenRateLimited(RateLimited):
+    """A key over its token limit (OpenAI's type ``tokens``)."""
+
+    error_type = "tokens"
+
+
+class LimitStoreUnavailable(ServingError):
+    """The shared limit store cannot be reached and the config says to fail closed."""
+
+    status_code, error_type, code = 503, "service_unavailable", "limit_store_unavailable"
 
 
 class AdapterNotFound(ModelNotFound):

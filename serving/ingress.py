@@ -8,9 +8,11 @@
   so replicas load immutable, complete versions; unknown base 404, bad name 400, S3 trouble 503;
 * request checks (``serving.limits``: OpenAI's roles and a required ``model``, image URLs, bytes
   and pixels) on every engine route before the engine sees the request, and, in
-  :class:`GatewayMiddleware`, bearer auth, the body size limit and request metrics;
+  :class:`GatewayMiddleware`, the body size limit and request metrics;
+* API keys (``serving.gate``, inside that middleware: key, limits, usage): a model outside the
+  caller's scope is OpenAI's 404 before anything is looked up, and absent from ``/v1/models``;
 * ``/v1/models`` from the store (paginated, ``?after=&limit=``, ``agent_profile`` on bases),
-  ``/health`` and ``/ready``;
+  ``/health``, ``/ready``, and the management routes of ``serving.admin_api``;
 * one error handler: every error leaves as ``{"error": {"message", "type", "code"}}``.
 
 :func:`create_app` builds the FastAPI app the ingress is served with (Ray's own app factory, so
@@ -20,11 +22,10 @@ Ray's HTTP metrics and request ids stay, plus the extension routers named in the
 from __future__ import annotations
 
 import asyncio
-import hmac
 import importlib
 import json
 import logging
-import os
+import re
 import time
 from typing import Any
 
@@ -41,6 +42,7 @@ from starlette.responses import JSONResponse
 
 from serving.adapter_metrics import RESOLVED_MODEL, with_adapter_metrics
 from serving.adapters import AdapterStore, split_model_name
+from serving.admin_api import router as admin_router
 from serving.canary import serves_canary, session_key
 from serving.config import ServingConfig
 from serving.errors import (
@@ -51,17 +53,19 @@ from serving.errors import (
     ReplicaUnavailable,
     RequestTooLarge,
     ServingError,
-    Unauthorized,
 )
+from serving.gate import Gate, GateMiddleware
+from serving.keys import CALLER, authorize_model, current, note_model, visible
 from serving.limits import check_request
 from serving.metrics import metric, route_of
 from serving.replica_status import degraded, replica_status
 from serving.resolver import AdapterResolver
 from serving.s3 import export_s3_env
+from serving.usage import request_stream_usage
 
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = ("/health", "/ready")  # probes need no key
+_UPLOAD = re.compile(r"^/v1/adapters/[^/]+/versions$")  # adapter uploads: limits.max_upload_bytes
 READY_TIMEOUT_S = 5.0
 
 
@@ -103,26 +107,18 @@ async def openai_error_handler(request: Request, exc: Exception) -> JSONResponse
 
 # -- auth, body size, metrics (pure ASGI: streaming passes through untouched) ---------------------
 class GatewayMiddleware:
-    """Outermost middleware: bearer auth, body-size limit, request count and latency."""
+    """Outermost middleware: body-size limit, request count and latency (keys: ``serving.gate``, inside it)."""
 
-    def __init__(self, app, *, api_keys_env: str | None, max_body_bytes: int):
+    def __init__(self, app, *, max_body_bytes: int, max_upload_bytes: int | None = None):
         self.app = app
-        self.api_keys_env = api_keys_env
         self.max_body_bytes = max_body_bytes
-
-    def _authorized(self, scope, headers: dict[bytes, bytes]) -> bool:
-        if not self.api_keys_env or scope["path"] in OPEN_PATHS:
-            return True
-        # Read per request: keys rotate with the secret; an unset variable rejects everything.
-        keys = [k.strip() for k in os.environ.get(self.api_keys_env, "").split(",") if k.strip()]
-        header = headers.get(b"authorization", b"").decode("latin-1")
-        scheme, _, token = header.partition(" ")
-        return scheme.lower() == "bearer" and any(hmac.compare_digest(token.strip(), k) for k in keys)
+        self.max_upload_bytes = max_upload_bytes or max_body_bytes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         start, state = time.perf_counter(), {"status": 500, "started": False}
+        limit = self.max_upload_bytes if _UPLOAD.match(scope["path"]) else self.max_body_bytes
 
         async def tracked_send(message):
             if message["type"] == "http.response.start":
@@ -135,17 +131,14 @@ class GatewayMiddleware:
             nonlocal received
             message = await receive()
             received += len(message.get("body", b""))
-            if received > self.max_body_bytes:
-                raise RequestTooLarge(f"request body exceeds the limit of {self.max_body_bytes} bytes")
+            if received > limit:
+                raise RequestTooLarge(f"request body exceeds the limit of {limit} bytes")
             return message
 
         try:
-            headers = dict(scope["headers"])  # built once: auth and the length check both read it
-            length = headers.get(b"content-length")
-            if not self._authorized(scope, headers):
-                raise Unauthorized("missing or invalid API key (send 'Authorization: Bearer <key>')")
-            if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-                raise RequestTooLarge(f"request body of {int(length)} bytes exceeds the limit of {self.max_body_bytes}")
+            length = dict(scope["headers"]).get(b"content-length")
+            if length is not None and length.isdigit() and int(length) > limit:
+                raise RequestTooLarge(f"request body of {int(length)} bytes exceeds the limit of {limit}")
             await self.app(scope, limited_receive, tracked_send)
         except ServingError as exc:
             if state["started"]:
@@ -231,10 +224,14 @@ def create_app(cfg: ServingConfig) -> FastAPI:
     _replace_application_error_middleware(app)
     for exc_cls in (ServingError, OpenAIHTTPException, HTTPException, RequestValidationError):
         app.add_exception_handler(exc_cls, openai_error_handler)
+    app.include_router(admin_router)
     for path in cfg.extensions:
         app.include_router(load_router(path))
-    # Added last = outermost: unauthenticated or oversized requests stop before any other work.
-    app.add_middleware(GatewayMiddleware, api_keys_env=cfg.auth.api_keys_env, max_body_bytes=cfg.limits.max_body_bytes)
+    app.state.gateway_config, app.state.gate = cfg, Gate(cfg.auth)
+    # Added last = outermost: keys and limits (the gate) stop a request before any other work.
+    app.add_middleware(GateMiddleware, gate=app.state.gate)
+    app.add_middleware(GatewayMiddleware, max_body_bytes=cfg.limits.max_body_bytes,
+                       max_upload_bytes=cfg.limits.max_upload_bytes)
     return app
 
 
@@ -269,16 +266,19 @@ class GatewayIngress(OpenAiIngress):
             raise MissingParameter("you must provide a model parameter ('<base>' or '<base>:<adapter>')")
         if model == RESOLVED_MODEL.get():  # already resolved for this request: the parent's own lookup
             return await super()._get_model_id(model)
+        authorize_model(model)  # outside the key's scope: OpenAI's 404, before anything is looked up
         base, sep, name = model.partition(":")
         if base not in self._model_cards:
             raise ModelNotFound(f"model {model!r}: unknown base model {base!r}; served: {sorted(self._model_cards)}")
         if not sep:
+            note_model(base)
             return base
         # base:name follows the alias; base:name@version pins one version, current or not.
         adapter, version = split_model_name(name)
         ref = await self.resolver.resolve(adapter, version)
         if ref.base and ref.base != base:
             raise AdapterNotFound(f"adapter {name!r} is published for base {ref.base!r}, not {base!r}")
+        note_model(f"{base}:{adapter}")
         if version is None and ref.canary is not None:
             # The split is a pure function of the ref and the key: a cached ref splits as a fresh one.
             arm = "canary" if serves_canary(adapter, ref.canary, key) else "stable"
@@ -301,6 +301,8 @@ class GatewayIngress(OpenAiIngress):
                           get_request_id(raw_request) if raw_request is not None else None)
         # The engine looks the LoRA up by the request's model name: it must carry the version too.
         body.model = await self._resolve_model(body.model, key)
+        if current() is not None and request_stream_usage(body):  # a keyed stream's tokens are counted
+            CALLER.get().strip_usage = True
         RESOLVED_MODEL.set(body.model)
         try:
             return await super()._process_llm_request(body, call_method, raw_request=raw_request)
@@ -344,9 +346,11 @@ class GatewayIngress(OpenAiIngress):
             names, has_more = await asyncio.to_thread(store.page_names, after_name, limit)
         data = [self._base_card(b) for b in self._model_cards] if after_name is None else []
         data += [self._adapter_card(b, n) for n in names for b in self._model_cards]
+        data = [card for card in data if visible(card["id"])]  # a key lists only what it may call
         return {"object": "list", "data": data, "has_more": has_more}
 
     async def model_data(self, model: str):
+        authorize_model(model)
         base, sep, name = model.partition(":")
         if base not in self._model_cards:
             raise ModelNotFound(f"model {model!r} not found; served bases: {sorted(self._model_cards)}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import PurePosixPath
 from typing import Any
 
 import yaml
@@ -33,15 +34,39 @@ def serve_config(cfg: ServingConfig) -> dict[str, Any]:
     }
 
 
+KEYS_VOLUME = "api-keys"
+
+
+def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+
+
 def _container(cfg: ServingConfig, name: str, resources: dict[str, Any]) -> dict[str, Any]:
+    auth = cfg.auth
     env = [{"name": k, "value": v} for k, v in sorted(cfg.env.items())]
-    if cfg.auth.api_keys_env:
-        env.append({"name": cfg.auth.api_keys_env,
-                    "valueFrom": {"secretKeyRef": {"name": f"{cfg.name}-api-keys", "key": "keys"}}})
+    if auth.api_keys_env:
+        env.append(_secret_env(auth.api_keys_env, f"{cfg.name}-api-keys", "keys"))
+    if auth.keys_env:
+        env.append(_secret_env(auth.keys_env, f"{cfg.name}-keys", PurePosixPath(auth.keys_file or "keys.yaml").name))
+    if auth.enabled and auth.store.kind == "redis":
+        env.append(_secret_env(auth.store.url_env, f"{cfg.name}-redis", "url"))
     container: dict[str, Any] = {"name": name, "image": cfg.image, "resources": resources}
     if env:
         container["env"] = env
+    if auth.keys_file:
+        # A mounted Secret (not an env var): the kubelet updates the file when the Secret changes,
+        # and the gateway re-reads it within auth.reload_s, so keys rotate without a restart.
+        container["volumeMounts"] = [{"name": KEYS_VOLUME, "mountPath": str(PurePosixPath(auth.keys_file).parent),
+                                      "readOnly": True}]
     return container
+
+
+def _pod_spec(cfg: ServingConfig, container: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [container]}
+    if cfg.auth.keys_file:
+        spec["volumes"] = [{"name": KEYS_VOLUME, "secret": {"secretName": f"{cfg.name}-keys", "items": [
+            {"key": PurePosixPath(cfg.auth.keys_file).name, "path": PurePosixPath(cfg.auth.keys_file).name}]}}]
+    return spec
 
 
 def _custom_resources(wanted: dict[str, float]) -> dict[str, str]:
@@ -82,7 +107,7 @@ def render_rayservice(cfg: ServingConfig) -> dict[str, Any]:
         "minReplicas": replicas.min_replicas * len(cfg.base_models),
         "maxReplicas": replicas.max_replicas * len(cfg.base_models),
         "rayStartParams": _custom_resources(replicas.resources),
-        "template": {"spec": {"containers": [_container(cfg, "ray-worker", worker_resources)]}},
+        "template": {"spec": _pod_spec(cfg, _container(cfg, "ray-worker", worker_resources))},
     }
     head_params = {"dashboard-host": "0.0.0.0", "num-cpus": "0", **_custom_resources(replicas.ingress_resources)}
     return {
@@ -93,10 +118,14 @@ def render_rayservice(cfg: ServingConfig) -> dict[str, Any]:
             "serveConfigV2": yaml.safe_dump(serve_config(cfg), sort_keys=False),
             "rayClusterConfig": {
                 "rayVersion": RAY_VERSION,
+                # Ray's token auth on every pod (KubeRay makes the token Secret): each Serve replica's
+                # inter-deployment gRPC server listens on every interface, and with the token on it
+                # refuses any call without the cluster's token (docs/serving.md, listeners).
+                "authOptions": {"mode": "token"},
                 "enableInTreeAutoscaling": replicas.max_replicas > replicas.min_replicas,
                 # The head schedules no replicas (num-cpus 0): engines land on the workers.
                 "headGroupSpec": {"rayStartParams": head_params,
-                                  "template": {"spec": {"containers": [head]}}},
+                                  "template": {"spec": _pod_spec(cfg, head)}},
                 "workerGroupSpecs": [workers],
             },
         },

@@ -64,6 +64,16 @@ def _instruments() -> dict:
         "canary_routes": Counter("maze_gateway_canary_routes",
                                  "requests of an adapter name under a canary, by the version and arm (stable, canary) "
                                  "that served them", tag_keys=("adapter", "version", "arm")),
+        # Per API key (serving.usage): the key's tenant name and the model the gateway resolved.
+        "key_requests": Counter("maze_gateway_key_requests",
+                                "requests per API key and model by HTTP status (429: refused by the key's limits)",
+                                tag_keys=("key", "model", "status")),
+        "key_tokens": Counter("maze_gateway_key_tokens",
+                              "prompt and completion tokens per API key and model (from the response's usage)",
+                              tag_keys=("key", "model", "kind")),
+        "limit_store_errors": Counter("maze_gateway_limit_store_errors",
+                                      "failed calls to the shared limit store by action (admit, finish, usage)",
+                                      tag_keys=("action",)),
     }
 
 
@@ -79,7 +89,7 @@ def metric(name: str):
 def route_of(path: str) -> str:
     """Low-cardinality route label (adapter names and ids never become label values)."""
     for known in ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/episodes", "/v1/leaderboard",
-                  "/health", "/ready"):
+                  "/v1/usage", "/v1/adapters", "/health", "/ready"):
         if path == known or path.startswith(known + "/"):
             return known
     return "other"

@@ -100,15 +100,18 @@ def make_adapter(folder: Path, *, rank: int = 8, base: str = "maze-tiny", seed: 
 # -- the real embedded gateway, started once per test run (benchmarks/stack.py) --------------
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory, monkeypatch_session):
-    """The embedded gateway stack (~100 s to start), auth on, small request limits; stopped at the end."""
+    """The embedded gateway stack (~100 s to start), auth on (flat and scoped keys), small request
+    limits; stopped at the end."""
     from benchmarks.stack import dev_assets, stack_config
     from serving import embedded
-    from tests.serving.stack import KEY, KEY_ENV, Stack
+    from tests.serving.stack import KEY, KEY_ENV, Stack, write_tenant_keys
 
-    monkeypatch_session.setenv("MAZE_HOME", str(tmp_path_factory.mktemp("maze-home")))
+    home = tmp_path_factory.mktemp("maze-home")
+    monkeypatch_session.setenv("MAZE_HOME", str(home))
     monkeypatch_session.setenv(KEY_ENV, f"other-key,{KEY}")
     assets = dev_assets()
-    cfg = stack_config(assets.base_dir, auth_env=KEY_ENV)
+    # The flat keys (each an admin, no limits) and the tenants' scoped keys (tests/serving/stack.py).
+    cfg = stack_config(assets.base_dir, auth_env=KEY_ENV, keys_file=str(write_tenant_keys(home / "keys.yaml")))
     t0 = time.monotonic()
     base_url = embedded.up(cfg, adapters=assets.shipped)
     print(f"\nembedded stack ({cfg.layout} layout, {cfg.ingress} ingress) ready in {time.monotonic() - t0:.0f}s at {base_url}")

@@ -19,6 +19,28 @@ from serving.s3 import export_s3_env
 KEY = "sk-test-maze"
 KEY_ENV = "MAZE_TEST_API_KEYS"
 
+# The tenants' scoped keys (serving.keys) on the test stack, next to the flat KEY (an admin).
+TEAM_A, TEAM_B, OPS = "sk-team-a-test-0001", "sk-team-b-test-0001", "sk-ops-admin-test-01"
+RPM_KEY, EVAL_KEY = "sk-rpm-60-test-00001", "sk-eval-limited-0001"
+TENANTS = {"keys": [
+    {"name": "team-a", "role": "inference", "models": ["maze-tiny", "maze-tiny:team-a-*"], "secrets": [TEAM_A]},
+    {"name": "team-b", "role": "publisher", "models": ["maze-tiny", "maze-tiny:team-b-*"], "secrets": [TEAM_B]},
+    {"name": "ops", "role": "admin", "models": ["*"], "secrets": [OPS]},
+    # 60 requests a minute (OpenAI's RPM form): the one-minute limit test drives it at 5x.
+    {"name": "rpm-60", "role": "inference", "models": ["maze-tiny"], "secrets": [RPM_KEY], "limits": {"requests": 60}},
+    # maze-eval under a limit below the stack's pace (~7 turns/s with maze-grpo at c=8).
+    {"name": "eval-limited", "role": "inference", "models": ["maze-tiny", "maze-tiny:maze-grpo"],
+     "secrets": [EVAL_KEY], "limits": {"requests": 25, "window_s": 5}},
+]}
+
+
+def write_tenant_keys(path, extra: list[dict] | None = None):
+    """The key file the test stack reads (re-read every 2 s: tests may add keys)."""
+    import yaml
+
+    path.write_text(yaml.safe_dump({"keys": TENANTS["keys"] + (extra or [])}))
+    return path
+
 
 def png_url(side: int = 64, seed: int = 0, noisy: bool = False) -> str:
     rng = np.random.default_rng(seed)

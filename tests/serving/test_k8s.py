@@ -41,8 +41,29 @@ def test_serve_config_carries_the_whole_serving_config():
     worker = m["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
     assert worker["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert worker["minReplicas"] == worker["maxReplicas"] == 1
-    env = worker["template"]["spec"]["containers"][0]["env"]
-    assert {"name": "MAZE_API_KEYS", "valueFrom": {"secretKeyRef": {"name": "maze-gateway-api-keys", "key": "keys"}}} in env
+    container = worker["template"]["spec"]["containers"][0]
+    assert {"name": "MAZE_REDIS_URL", "valueFrom": {"secretKeyRef": {"name": "maze-gateway-redis", "key": "url"}}} \
+        in container["env"]
+    # The key file is a mounted Secret (updated in place by the kubelet, re-read within auth.reload_s).
+    assert container["volumeMounts"] == [{"name": "api-keys", "mountPath": "/etc/maze-gateway/keys", "readOnly": True}]
+    (volume,) = worker["template"]["spec"]["volumes"]
+    assert volume["secret"]["secretName"] == "maze-gateway-keys"
+
+
+def test_ray_token_auth_is_on_in_the_cluster():
+    """Each replica's gRPC server listens on every interface: the cluster's Ray token closes it."""
+    m = render_rayservice(ServingConfig.shipped("production"))
+    assert m["spec"]["rayClusterConfig"]["authOptions"] == {"mode": "token"}
+
+
+def test_flat_api_keys_render_as_an_env_secret():
+    data = ServingConfig.shipped("production").model_dump(mode="json")
+    data["auth"] = {"api_keys_env": "MAZE_API_KEYS"}
+    m = render_rayservice(ServingConfig.model_validate(data))
+    container = m["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    assert container["env"] == [{"name": "MAZE_API_KEYS",
+                                 "valueFrom": {"secretKeyRef": {"name": "maze-gateway-api-keys", "key": "keys"}}}]
+    assert "volumeMounts" not in container
 
 
 def test_production_config_matches_the_reference():

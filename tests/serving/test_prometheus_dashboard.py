@@ -35,9 +35,17 @@ pytestmark = [
 
 
 def panel_queries() -> list[tuple[str, str]]:
-    """(panel title / refId, PromQL) of every target of every panel."""
+    """(panel title / refId, PromQL) of every target of every panel, query variables (the tenant a
+    panel repeats for) set to their 'All' value, as Grafana sends them with All selected."""
     dash = json.loads(DASHBOARD.read_text())
-    return [(f"{p['title']} / {t['refId']}", t["expr"]) for p in dash["panels"] for t in p["targets"]]
+    all_values = {v["name"]: v.get("allValue", ".*") for v in dash["templating"]["list"] if v["type"] == "query"}
+
+    def expand(text: str) -> str:
+        for name, value in all_values.items():
+            text = text.replace(f"${name}", value)
+        return text
+
+    return [(expand(f"{p['title']} / {t['refId']}"), expand(t["expr"])) for p in dash["panels"] for t in p["targets"]]
 
 
 class Prometheus:
