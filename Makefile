@@ -31,9 +31,6 @@ bench: setup
 	$(PY) benchmarks/rollout_cache.py
 	$(PY) benchmarks/lora_parity.py
 	$(PY) benchmarks/recovery.py
-<<<<<<< HEAD
 	$(PY) benchmarks/auth_overhead.py
-=======
 	$(PY) benchmarks/placement_calibrate.py
 	$(PY) benchmarks/placement_sim.py
->>>>>>> main
