@@ -21,6 +21,13 @@ def eco_python() -> Path:
     return venv_bin("openenv")
 
 
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 @contextmanager
 def maze_env_server(python: Path, log: Path, *args: str) -> Iterator[str]:
     """``maze-env serve --port 0 ARGS`` in the ecosystem venv, logging to ``log``; yields its base URL
@@ -35,9 +42,9 @@ def maze_env_server(python: Path, log: Path, *args: str) -> Iterator[str]:
                 raise RuntimeError(f"maze-env serve did not start: {log.read_text()}")
             time.sleep(0.2)
         url = match.group(1)
-        while httpx.get(f"{url}/health", timeout=5).status_code != 200:
-            if time.monotonic() > deadline:
-                raise RuntimeError("maze-env serve never became healthy")
+        while not _healthy(url):  # the line is printed as the server starts, not once it accepts
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"maze-env serve never became healthy: {log.read_text()}")
             time.sleep(0.2)
         yield url
     finally:
