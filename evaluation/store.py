@@ -132,6 +132,21 @@ def resolve_db_url(db: str | None) -> str:
     return f"sqlite:///{Path(db).expanduser().resolve()}"
 
 
+def _create_tables(engine: Engine, attempts: int = 3) -> None:
+    """The tables, made where missing. Two processes opening a new database at once (a watcher and
+    the evaluation it starts) can both find a table missing; the loser's CREATE fails with "already
+    exists", and a second look finds it there."""
+    from sqlalchemy.exc import OperationalError, ProgrammingError
+
+    for attempt in range(attempts):
+        try:
+            metadata.create_all(engine)
+            return
+        except (OperationalError, ProgrammingError) as exc:
+            if "already exists" not in str(exc) or attempt == attempts - 1:
+                raise
+
+
 class Store:
     """Typed access to the results database."""
 
@@ -140,7 +155,7 @@ class Store:
         self.engine: Engine = create_engine(self.url, future=True)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        metadata.create_all(self.engine)
+        _create_tables(self.engine)
         _add_completion_tokens(self.engine)
 
     def close(self) -> None:
