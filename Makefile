@@ -2,9 +2,14 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup eval demo test test-fast bench
+.PHONY: setup setup-test eval demo test test-fast bench
+# The product: the venv with this package and the CPU serving stack.
 setup:
 	@scripts/setup.sh $(VENV)
+
+# What the tests add: system services, the SkyRL wheel, one venv per framework (OpenEnv, verifiers, Inspect).
+setup-test: setup
+	@scripts/setup.sh $(VENV) --tests
 
 # Score the GRPO adapter on the 64-maze set through the embedded gateway (started if needed).
 eval: setup
@@ -16,11 +21,11 @@ demo: setup
 
 # Everything: the real services too (scripted server, S3, PostgreSQL, Ray, the embedded stack, a
 # multi-node cluster); the 25 slowest tests are listed at the end.
-test: setup
+test: setup-test
 	$(PY) -m pytest -q -ra --durations=25
 
 # The inner loop: every test that starts no gateway stack, cluster or Ray head.
-test-fast: setup
+test-fast: setup-test
 	$(PY) -m pytest -q -ra --durations=10 -m "not needs_stack and not needs_cluster and not needs_ray"
 
 bench: setup

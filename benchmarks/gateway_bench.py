@@ -160,16 +160,20 @@ def background_load(exclude_sids: list[int]) -> dict:
 
 
 def start_gateway(assets, name: str, layout: str | None = None, ingress: str | None = None,
-                  env: dict[str, str] | None = None):
+                  env: dict[str, str] | None = None, engine_env: dict[str, str | None] | None = None):
     """The embedded stack (fresh ``MAZE_HOME``, 8 adapters per replica) in ``layout`` with ``ingress``
     (default: the embedded config's), once ready: (config, base_url, seconds to ready). ``env``
     reaches the Ray processes only (``ray start`` inherits this process's environment, which is
-    restored afterwards). Stop it with ``serving.embedded.down()``."""
+    restored afterwards); ``engine_env`` changes the config's ``env`` for the engine processes (None
+    removes a variable). Stop it with ``serving.embedded.down()``."""
     from serving import embedded
 
     os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix=f"{name}-")
     cfg = stack_config(assets.base_dir, name=name, resolve_ttl_s=5.0, adapters_per_replica=8, layout=layout,
                        ingress=ingress)
+    if engine_env:
+        merged = {**cfg.env, **engine_env}
+        cfg = cfg.model_copy(update={"env": {k: v for k, v in merged.items() if v is not None}})
     env = env or {}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -1,6 +1,6 @@
 """Gateway vs plain vLLM with both up at once, measured in alternating blocks (a paired A/B).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/paired_ab.py [--blocks 30] [--variants direct,direct-tput]
+    PYTHONPATH=. .venv/bin/python benchmarks/paired_ab.py [--blocks 30] [--variants embedded,ray-niceness-15]
 
 Back-to-back runs on this 2-core VM drift by tens of percent from one minute to the next
 (docs/benchmarks.md), more than the gap being measured. Here the vLLM api_server and one gateway
@@ -11,6 +11,11 @@ alternated single requests with both running, measured p95 ~1 s on both sides), 
 is measured every process of the other side is stopped (SIGSTOP, SIGCONT after the block: the
 api_server with its engine; the embedded stack's whole ``ray start`` session).
 
+A variant is the shipped embedded config with one setting changed, so each setting's cost is
+measured against the same plain vLLM in the same run: ``embedded`` (as shipped), ``ray-niceness-15``
+(Ray's default worker priority instead of the embedded stack's nice 0) and ``glibc-mmap-default``
+(without the fixed ``MALLOC_MMAP_THRESHOLD_`` that keeps the replica's memory flat, see soak.py).
+
 Figures per variant:
 
 * ``c1``: per block of ``--per-block`` requests at concurrency 1 (after 2 discarded warm-up
@@ -20,7 +25,6 @@ Figures per variant:
 * ``c8``: throughput in alternating blocks of 64 requests at concurrency 8, median block ratio.
 
 The request is the gateway bench's (one-turn chat, one maze image, 8 tokens, ``ignore_eos``).
-A variant is a gateway target of ``benchmarks/layout_ab.py`` (layout, ingress, extra Ray env).
 """
 
 from __future__ import annotations
@@ -53,10 +57,17 @@ from benchmarks.gateway_bench import (
     start_vllm,
     stop_vllm,
 )
-from benchmarks.layout_ab import GATEWAYS
 from benchmarks.stack import dev_assets
 
 log = logging.getLogger("paired_ab")
+
+
+# name -> (environment of ``ray start``, changes to the config's engine ``env``; None removes one).
+VARIANTS: dict[str, tuple[dict[str, str], dict[str, str | None]]] = {
+    "embedded": ({}, {}),
+    "ray-niceness-15": ({"RAY_worker_niceness": "15"}, {}),
+    "glibc-mmap-default": ({}, {"MALLOC_MMAP_THRESHOLD_": None}),
+}
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -166,17 +177,18 @@ def idle_cpu(seconds: float = 10.0) -> float:
 def run_variant(variant: str, assets, vllm: Side, image: str, args) -> dict:
     from serving import embedded
 
-    layout, ingress, env = GATEWAYS[variant]
+    ray_env, engine_env = VARIANTS[variant]
     vllm.pause()  # the gateway's start and its idle load are measured without the other engine
     try:
-        _cfg, gw_url, ready = start_gateway(assets, f"maze-paired-{variant}", layout, ingress, env)
+        cfg, gw_url, ready = start_gateway(assets, f"maze-paired-{variant}", env=ray_env, engine_env=engine_env)
         idle = idle_cpu()
     finally:
         vllm.resume()
     try:
         # Pauses last ~1-2 s, far below Ray's and Serve's health-check timeouts (10 s and more).
         sides = {"vllm": vllm, "gateway": Side(gw_url, session_pids(os.getsid(embedded.read_state().ray_pid)))}
-        out = {"layout": layout, "ingress": ingress, "env": env, "time_to_ready_s": ready,
+        out = {"layout": cfg.layout, "ingress": cfg.ingress, "ray_env": ray_env, "engine_env": cfg.env,
+               "time_to_ready_s": ready,
                "idle_cpu_cores_gateway_alone": idle}
         out["c1"] = paired_c1(sides, image, args.blocks, args.per_block)
         log.info("%s c1: %s", variant, json.dumps(out["c1"]))
@@ -193,7 +205,7 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=30, help="block pairs at concurrency 1")
     ap.add_argument("--per-block", type=int, default=10, help="measured requests per block at concurrency 1")
     ap.add_argument("--c8-blocks", type=int, default=6, help="block pairs at concurrency 8")
-    ap.add_argument("--variants", default="direct", help=f"comma-separated, from {list(GATEWAYS)}")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, from {list(VARIANTS)}")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)

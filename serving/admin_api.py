@@ -185,28 +185,26 @@ async def promote_adapter(request: Request, name: str, body: PromoteBody | None 
     return _ref(await asyncio.to_thread(_store(cfg).promote, name, version))
 
 
+async def _move(request: Request, name: str, action: str, method: str) -> dict[str, Any]:
+    """A move that takes only the adapter's name: checked for ``action``, then ``AdapterStore.<method>``."""
+    cfg = _config(request)
+    _check(cfg, action, _plain(name))
+    return _ref(await asyncio.to_thread(getattr(_store(cfg), method), name))
+
+
 @router.post("/v1/adapters/{name}/abort")
 async def abort_adapter(request: Request, name: str):
-    cfg = _config(request)
-    _plain(name)
-    _check(cfg, "abort", name)
-    return _ref(await asyncio.to_thread(_store(cfg).abort_canary, name))
+    return await _move(request, name, "abort", "abort_canary")
 
 
 @router.post("/v1/adapters/{name}/rollback")
 async def rollback_adapter(request: Request, name: str):
-    cfg = _config(request)
-    _plain(name)
-    _check(cfg, "rollback", name)
-    return _ref(await asyncio.to_thread(_store(cfg).rollback, name))
+    return await _move(request, name, "rollback", "rollback")
 
 
 @router.delete("/v1/adapters/{name}")
 async def remove_adapter(request: Request, name: str):
-    cfg = _config(request)
-    _plain(name)
-    _check(cfg, "remove", name)
-    return _ref(await asyncio.to_thread(_store(cfg).remove, name))
+    return await _move(request, name, "remove", "remove")
 
 
 __all__ = ["parse_since", "router"]
