@@ -62,12 +62,18 @@ from benchmarks.stack import dev_assets
 log = logging.getLogger("paired_ab")
 
 
-# name -> (environment of ``ray start``, changes to the config's engine ``env``; None removes one).
-VARIANTS: dict[str, tuple[dict[str, str], dict[str, str | None]]] = {
-    "embedded": ({}, {}),
-    "ray-niceness-15": ({"RAY_worker_niceness": "15"}, {}),
-    "glibc-mmap-default": ({}, {"MALLOC_MMAP_THRESHOLD_": None}),
+JEMALLOC = "/lib/x86_64-linux-gnu/libjemalloc.so.2"
+# name -> (environment of ``ray start``, changes to the config's engine ``env`` (None removes one),
+# changes to the config's ``lora`` section).
+VARIANTS: dict[str, tuple[dict[str, str], dict[str, str | None], dict]] = {
+    "embedded": ({}, {}, {}),
+    "ray-niceness-15": ({"RAY_worker_niceness": "15"}, {}, {}),
+    "glibc-mmap-default": ({}, {"MALLOC_MMAP_THRESHOLD_": None}, {}),
+    "jemalloc": ({}, {"MALLOC_MMAP_THRESHOLD_": None, "LD_PRELOAD": JEMALLOC}, {}),
+    "vllm-lora-kernels": ({}, {}, {"cpu_kernels": "vllm"}),
 }
+# The roles whose CPU time a side's requests cost (cpu_account's names; the other side is paused).
+SIDE_ROLES = ("vllm_worker", "vllm_engine_core", "vllm_api_server", "serve_colocated_replica", "benchmark_client")
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -157,14 +163,24 @@ def paired_c1(sides: dict[str, Side], image: str, blocks: int, per_block: int) -
 
 
 def paired_c8(sides: dict[str, Side], image: str, blocks: int) -> dict:
+    cpu: dict[str, dict[str, float]] = {name: {} for name in sides}
+
     def block(side: Side) -> float:
         asyncio.run(run_load(side.url, ["maze-tiny"], 8, 8, image))  # wake up
-        return asyncio.run(run_load(side.url, ["maze-tiny"], 64, 8, image))["throughput_rps"]
+        before, t = cpu_account.snapshot(), time.perf_counter()
+        rps = asyncio.run(run_load(side.url, ["maze-tiny"], 64, 8, image))["throughput_rps"]
+        used = cpu_account.diff(before, cpu_account.snapshot(), time.perf_counter() - t)["cpu_s_by_role"]
+        mine = cpu[next(k for k, s in sides.items() if s is side)]
+        for role in SIDE_ROLES:
+            mine[role] = mine.get(role, 0.0) + used.get(role, 0.0)
+        return rps
 
     rps = alternate(sides, blocks, block)
     ratios = [g / v for g, v in zip(rps["gateway"], rps["vllm"], strict=True)]
+    per_request = {name: {role: round(1000 * s / (64 * blocks), 1) for role, s in roles.items() if s}
+                   for name, roles in cpu.items()}
     return {"blocks": blocks, "vllm_rps": rps["vllm"], "gateway_rps": rps["gateway"],
-            "median_block_ratio": round(statistics.median(ratios), 3)}
+            "cpu_ms_per_request": per_request, "median_block_ratio": round(statistics.median(ratios), 3)}
 
 
 def idle_cpu(seconds: float = 10.0) -> float:
@@ -177,10 +193,11 @@ def idle_cpu(seconds: float = 10.0) -> float:
 def run_variant(variant: str, assets, vllm: Side, image: str, args) -> dict:
     from serving import embedded
 
-    ray_env, engine_env = VARIANTS[variant]
+    ray_env, engine_env, lora = VARIANTS[variant]
     vllm.pause()  # the gateway's start and its idle load are measured without the other engine
     try:
-        cfg, gw_url, ready = start_gateway(assets, f"maze-paired-{variant}", env=ray_env, engine_env=engine_env)
+        cfg, gw_url, ready = start_gateway(assets, f"maze-paired-{variant}", env=ray_env, engine_env=engine_env,
+                                           lora=lora)
         idle = idle_cpu()
     finally:
         vllm.resume()
@@ -188,6 +205,7 @@ def run_variant(variant: str, assets, vllm: Side, image: str, args) -> dict:
         # Pauses last ~1-2 s, far below Ray's and Serve's health-check timeouts (10 s and more).
         sides = {"vllm": vllm, "gateway": Side(gw_url, session_pids(os.getsid(embedded.read_state().ray_pid)))}
         out = {"layout": cfg.layout, "ingress": cfg.ingress, "ray_env": ray_env, "engine_env": cfg.env,
+               "lora_cpu_kernels": cfg.lora.cpu_kernels,
                "time_to_ready_s": ready,
                "idle_cpu_cores_gateway_alone": idle}
         out["c1"] = paired_c1(sides, image, args.blocks, args.per_block)

@@ -19,10 +19,10 @@ PG_BIN_CANDIDATES = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=Tr
 
 @pytest.fixture(scope="session")
 def postgres_server():
-    """A throwaway PostgreSQL cluster on 127.0.0.1 (Debian's postgresql package, see scripts/setup.sh)."""
+    """A throwaway PostgreSQL cluster on 127.0.0.1 (Debian's postgresql package, see `make setup-test`)."""
     bindir = next((p for p in PG_BIN_CANDIDATES if (p / "initdb").exists()), None)
     if bindir is None:
-        pytest.fail("PostgreSQL server binaries not found; scripts/setup.sh installs Debian's postgresql")
+        pytest.fail("PostgreSQL server binaries not found; `make setup-test` installs Debian's postgresql")
     # Not under pytest's tmp dirs: those are private to root, and initdb refuses to run as root.
     root = Path(tempfile.mkdtemp(prefix="maze-pg-"))
     data = root / "data"

@@ -24,7 +24,7 @@ def render(page: Path, tmp_path: Path) -> tuple[np.ndarray, list[str]]:
     """Screenshot ``page`` and return (pixels, console messages)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        pytest.fail("chromium not installed; scripts/setup.sh installs Debian's chromium")
+        pytest.fail("chromium not installed; `make setup-test` installs Debian's chromium")
     shot = tmp_path / f"{page.stem}.png"
     proc = subprocess.run(
         [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / ('profile-' + page.stem)}", f"--screenshot={shot}",

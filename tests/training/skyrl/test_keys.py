@@ -1,5 +1,5 @@
 """The SkyRL key list: how it is extracted, and that it matches the pinned skyrl wheel (fetched by
-scripts/setup.sh into .cache/wheels/, or named by SKYRL_WHEEL)."""
+`make setup-test` into .cache/wheels/, or named by SKYRL_WHEEL)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def skyrl_wheel() -> Path:
 
 def test_key_file_matches_the_wheel(tmp_path):
     wheel = skyrl_wheel()
-    assert wheel.is_file(), (f"no skyrl {SKYRL_VERSION} wheel at {wheel}: scripts/setup.sh fetches it "
+    assert wheel.is_file(), (f"no skyrl {SKYRL_VERSION} wheel at {wheel}: `make setup-test` fetches it "
                              "(scripts/fetch_skyrl_wheel.sh), or set SKYRL_WHEEL")
     out = tmp_path / "keys.txt"
     extract.main([str(wheel), "--out", str(out)])
