@@ -1,6 +1,6 @@
 """Gateway vs plain vLLM with both up at once, measured in alternating blocks (a paired A/B).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/paired_ab.py [--blocks 30] [--variants embedded,ray-niceness-15]
+    PYTHONPATH=. .venv/bin/python benchmarks/paired_ab.py [--blocks 30] [--variants embedded,ray-niceness-0]
 
 Back-to-back runs on this 2-core VM drift by tens of percent from one minute to the next
 (docs/benchmarks.md), more than the gap being measured. Here the vLLM api_server and one gateway
@@ -12,9 +12,11 @@ is measured every process of the other side is stopped (SIGSTOP, SIGCONT after t
 api_server with its engine; the embedded stack's whole ``ray start`` session).
 
 A variant is the shipped embedded config with one setting changed, so each setting's cost is
-measured against the same plain vLLM in the same run: ``embedded`` (as shipped), ``ray-niceness-15``
-(Ray's default worker priority instead of the embedded stack's nice 0) and ``glibc-mmap-default``
-(without the fixed ``MALLOC_MMAP_THRESHOLD_`` that keeps the replica's memory flat, see soak.py).
+measured against the same plain vLLM in the same run: ``embedded`` (as shipped), ``ray-niceness-0``
+(the replica and engine at nice 0 instead of Ray's 15), ``glibc-mmap-default`` (without the fixed
+``MALLOC_MMAP_THRESHOLD_`` that keeps the replica's memory flat, see soak.py), ``jemalloc`` (jemalloc
+preloaded instead, no threshold) and ``vllm-lora-kernels`` (vLLM's stock CPU LoRA ops instead of
+serving/cpu_lora.py's grouped ones).
 
 Figures per variant:
 
@@ -67,7 +69,7 @@ JEMALLOC = "/lib/x86_64-linux-gnu/libjemalloc.so.2"
 # changes to the config's ``lora`` section).
 VARIANTS: dict[str, tuple[dict[str, str], dict[str, str | None], dict]] = {
     "embedded": ({}, {}, {}),
-    "ray-niceness-15": ({"RAY_worker_niceness": "15"}, {}, {}),
+    "ray-niceness-0": ({"RAY_worker_niceness": "0"}, {}, {}),
     "glibc-mmap-default": ({}, {"MALLOC_MMAP_THRESHOLD_": None}, {}),
     "jemalloc": ({}, {"MALLOC_MMAP_THRESHOLD_": None, "LD_PRELOAD": JEMALLOC}, {}),
     "vllm-lora-kernels": ({}, {}, {"cpu_kernels": "vllm"}),

@@ -46,12 +46,11 @@ HOST = "127.0.0.1"
 # set explicitly, so the driver and the head always agree on it.
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
 # Serve's per-request overhead on a small CPU node (overridable from the environment): run user
-# code and the handle router on the replica's own event loop instead of hopping threads. Ray starts
-# its workers at nice 15 by default, which on a laptop puts the engine behind every other process
-# (the evaluation's own client included); the embedded stack is the machine's server, at nice 0 like
-# a plain vLLM server.
-RAY_SERVE_TUNING_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
-                        "RAY_worker_niceness": "0"}
+# code and the handle router on the replica's own event loop instead of hopping threads. Ray's workers
+# (the replica and its engine) keep Ray's nice 15: on a small machine the clients that feed the
+# engine (an evaluation's episodes) then get the CPU first, which serves more requests per second
+# than an engine competing with them at nice 0 (benchmarks/paired_ab.py, variant ray-niceness-0).
+RAY_SERVE_TUNING_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0"}
 
 
 class EmbeddedError(ServingError):
