@@ -3,13 +3,21 @@
 Starts ``serving.cluster`` (head + 2 workers on 127.0.0.1, the standard layout, 2 LLM replicas,
 one per worker) in a private MAZE_HOME, then:
 
-1. routing: per-replica request counts (Serve's own counter, every node's metrics) for bursts of
-   base-model and adapter requests at several concurrencies, and which replicas end up holding the
-   adapter (ray#65691: multiplexed routing pins a model id to the replicas that already hold it);
-2. recovery: with a steady load of adapter requests (``maze-tiny:maze-grpo``, held by one replica
-   only), SIGKILL the worker node holding it, start it again at once (what a replacement pod is),
-   and measure the time from the kill to the first successful adapter request, to ``/ready``
-   showing the loss, and to full capacity (2 replicas running again); failed requests counted.
+1. routing: per-replica request counts (Serve's own request counter, read from every node's
+   metrics before and after each burst) for bursts of base-model and adapter requests at several
+   concurrencies, and which replicas end up holding the adapter (ray#65691: multiplexed routing
+   pins a model id to the replicas that already hold it). The counter counts every request a
+   replica handled, so a row can exceed its burst by requests made just before it that Ray had
+   not yet exported when the baseline was read (the warm-up request, before the first burst);
+2. recovery: with a steady load of adapter requests (``maze-tiny:maze-grpo``) from ``--load``
+   client threads, SIGKILL the worker node of the first replica that holds the adapter, start the
+   worker again once the head has declared the node dead (what a replacement pod is), and measure
+   the time from the kill to the node declared dead, the worker rejoining, the first successful
+   adapter request, ``/ready`` showing the loss (polled once the worker is restarted) and full
+   capacity (2 replicas running again); failed requests counted. Which failover this measures
+   depends on the routing bursts: when they leave the adapter on both replicas (the largest burst
+   usually does), the survivor already holds it and serves at once; when they leave it on one,
+   the survivor loads it first.
 
 Writes ``benchmarks/results/recovery.json``.
 """
