@@ -7,8 +7,9 @@ one per worker) in a private MAZE_HOME, then:
    metrics before and after each burst) for bursts of base-model and adapter requests at several
    concurrencies, and which replicas end up holding the adapter (ray#65691: multiplexed routing
    pins a model id to the replicas that already hold it). The counter counts every request a
-   replica handled, so a row can exceed its burst by requests made just before it that Ray had
-   not yet exported when the baseline was read (the warm-up request, before the first burst);
+   replica handled, ``/ready``'s health probes included, so a row can exceed its burst by requests
+   made just before it that Ray had not yet exported when the baseline was read (before the first
+   burst: the warm-up request);
 2. recovery: with a steady load of adapter requests (``maze-tiny:maze-grpo``) from ``--load``
    client threads, SIGKILL the worker node of the first replica that holds the adapter, start the
    worker again once the head has declared the node dead (what a replacement pod is), and measure
