@@ -173,6 +173,24 @@ def test_readme_is_a_front_page():
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines (at most {README_MAX_LINES})"
 
 
+PACKAGES = ("agent", "serving", "evaluation", "training", "training/cli", "training/skyrl", "training/tiny",
+            "maze_gateway")
+
+
+def test_architecture_names_every_module():
+    """docs/architecture.md is the map of the code: each package's section names each of its modules."""
+    parts = re.split(r"^#{2,3} ", (DOCS / "architecture.md").read_text(), flags=re.M)
+    by_heading = {part.split()[0].rstrip("/"): part for part in parts[1:]}
+    missing = []
+    for package in PACKAGES:
+        # a subpackage with no section of its own (training/cli) is described in its parent's
+        text = by_heading.get(package) or by_heading[package.rsplit("/", 1)[0]]
+        for module in sorted((ROOT / package).glob("*.py")):
+            if module.name != "__init__.py" and f"{module.name}`" not in text and f"`{module.stem}`" not in text:
+                missing.append(f"{package}/{module.name}")
+    assert not missing, f"docs/architecture.md does not name: {missing}"
+
+
 def test_docs_index_links_every_page():
     index = (DOCS / "README.md").read_text()
     readme = (ROOT / "README.md").read_text()
