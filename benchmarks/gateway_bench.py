@@ -7,8 +7,8 @@ one maze image, 8 tokens, ``ignore_eos``) are what ``layout_ab.py`` and ``paired
 Run as a script, it measures one thing at a time, in a fixed order (the machine has 2 cores):
 
 1. the embedded gateway stack (local S3 + Ray Serve LLM + vLLM CPU), in the embedded config's
-   ``layout`` and ``ingress`` (``--layout``/``--ingress`` override; recorded in ``gateway``), with ``adapters_per_replica``
-   8 (= vLLM ``max_loras`` 8): time to ready and memory, then latency p50/p95 and throughput at
+   ``layout`` and ``ingress`` (``--layout``/``--ingress`` override; recorded in ``gateway``), with
+   ``adapters_per_replica`` 8 (= vLLM ``max_loras`` 8): time to ready and memory, then latency p50/p95 and throughput at
    concurrency 1, 8, 32 on the base model; adapter cold load (pushed to S3, then the first streamed
    token); a block of requests for one adapter, then a block mixing 8 adapters, at concurrency 8;
 2. ``python -m vllm.entrypoints.openai.api_server`` with the same engine arguments: time to
