@@ -31,7 +31,7 @@ LINK_TARGET = re.compile(r"\]\([^)]*\)")
 # Units a results file may hold a figure in while the doc shows it scaled: seconds shown as ms,
 # a fraction shown as a percentage.
 SCALES = (Decimal(1), Decimal(1000), Decimal(100))
-RUN_VARIANT = re.compile(r"_(run\d*|cut|tput|direct|paused|engines_paused|bounded|vllm_defaults|old|new|tmp|bak|"
+RUN_VARIANT = re.compile(r"_(run\d+|cut|tput|direct|paused|engines_paused|bounded|vllm_defaults|old|new|tmp|bak|"
                          r"v\d+|\d+)$")
 RUN_LOG_PHRASES = re.compile(r"\brun ?\d\b|a second run|earlier runs|the run's log|from the log|"
                              r"the last (full )?run\b|first drill", re.I)
