@@ -28,14 +28,17 @@ test: setup-test
 test-fast: setup-test
 	$(PY) -m pytest -q -ra --durations=10 -m "not needs_stack and not needs_cluster and not needs_ray"
 
+# Every benchmark with a results file under benchmarks/results/ (docs/benchmarks.md); the ones that
+# start the embedded stack or a cluster take minutes each.
 bench: setup
 	$(PY) benchmarks/runner_overhead.py
-	$(PY) benchmarks/eval_concurrency.py
-	$(PY) benchmarks/gateway_bench.py
-	$(PY) benchmarks/layout_ab.py
 	$(PY) benchmarks/rollout_cache.py
-	$(PY) benchmarks/lora_parity.py
-	$(PY) benchmarks/recovery.py
 	$(PY) benchmarks/auth_overhead.py
+	$(PY) benchmarks/layout_ab.py --rounds 3
+	$(PY) benchmarks/paired_ab.py --blocks 80 --c8-blocks 8
+	$(PY) benchmarks/lora_parity.py
+	$(PY) benchmarks/lora_parity.py --cpu-kernels vllm --concurrency 1 8 --rounds 1 --skip-mix
+	$(PY) benchmarks/soak.py --duration-s 600
+	$(PY) benchmarks/recovery.py
 	$(PY) benchmarks/placement_calibrate.py
 	$(PY) benchmarks/placement_sim.py

@@ -1,19 +1,22 @@
-"""Gateway vs plain vLLM on the same model and machine; adapter cold load; 8 adapters interleaved.
+"""Gateway and plain vLLM on the same model: starting both, the bench request and its load generator.
 
-    .venv/bin/python benchmarks/gateway_bench.py [--quick] [--out benchmarks/results/gateway.json]
+    .venv/bin/python benchmarks/gateway_bench.py [--quick] [--out FILE]
 
-One run, one thing at a time (the machine has 2 cores):
+The helpers here (``start_gateway``, ``start_vllm``, ``run_load``, the bench request: one-turn chat,
+one maze image, 8 tokens, ``ignore_eos``) are what ``layout_ab.py`` and ``paired_ab.py`` measure with.
+Run as a script, it measures one thing at a time, in a fixed order (the machine has 2 cores):
 
 1. the embedded gateway stack (local S3 + Ray Serve LLM + vLLM CPU), in the embedded config's
-   ``layout`` and ``ingress`` (``--layout``/``--ingress`` override; recorded in ``gateway``), with ``adapters_per_replica``
-   8 (= vLLM ``max_loras`` 8): time to ready and memory, then one-turn chat latency (one image,
-   8 tokens, ``ignore_eos``) p50/p95 and throughput at concurrency 1, 8, 32 on the base model;
-   adapter cold load (pushed to S3, then the first streamed token); 8 adapters interleaved vs one
-   adapter at concurrency 8;
+   ``layout`` and ``ingress`` (``--layout``/``--ingress`` override; recorded in ``gateway``), with
+   ``adapters_per_replica`` 8 (= vLLM ``max_loras`` 8): time to ready and memory, then latency p50/p95 and throughput at
+   concurrency 1, 8, 32 on the base model; adapter cold load (pushed to S3, then the first streamed
+   token); a block of requests for one adapter, then a block mixing 8 adapters, at concurrency 8;
 2. ``python -m vllm.entrypoints.openai.api_server`` with the same engine arguments: time to
    ready, memory and the same latency/throughput runs.
 
-Writes one JSON with the raw numbers and the ratios the issue's targets are stated in.
+Because the parts run one after another, the machine's drift between them enters every ratio it
+prints; ``paired_ab.py`` (gateway against vLLM) and ``lora_parity.py`` (8 adapters mixed against
+one) interleave their comparisons instead, and their results are the ones docs/benchmarks.md reports.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Plain vLLM vs the gateway's layouts (standard, colocated, colocated + direct ingress), interleaved.
+"""Plain vLLM vs the gateway's layouts (standard, colocated, colocated + direct ingress), in alternating order.
 
     PYTHONPATH=. .venv/bin/python benchmarks/layout_ab.py [--rounds 2] [--out benchmarks/results/layout_ab.json]
 

@@ -3,13 +3,19 @@
 Starts ``serving.cluster`` (head + 2 workers on 127.0.0.1, the standard layout, 2 LLM replicas,
 one per worker) in a private MAZE_HOME, then:
 
-1. routing: per-replica request counts (Serve's own counter, every node's metrics) for bursts of
-   base-model and adapter requests at several concurrencies, and which replicas end up holding the
-   adapter (ray#65691: multiplexed routing pins a model id to the replicas that already hold it);
-2. recovery: with a steady load of adapter requests (``maze-tiny:maze-grpo``, held by one replica
-   only), SIGKILL the worker node holding it, start it again at once (what a replacement pod is),
-   and measure the time from the kill to the first successful adapter request, to ``/ready``
-   showing the loss, and to full capacity (2 replicas running again); failed requests counted.
+1. routing: per-replica request counts (Serve's own request counter for the chat route, read
+   from every node's metrics before and after each burst, once the exported totals include the
+   burst) for bursts of base-model and adapter requests at several concurrencies, and which
+   replicas end up holding the adapter, under the config's ``routing`` policy (recorded);
+2. recovery: with a steady load of adapter requests (``maze-tiny:maze-grpo``) from ``--load``
+   client threads, SIGKILL the worker node of the first replica that holds the adapter, start the
+   worker again once the head has declared the node dead (what a replacement pod is), and measure
+   the time from the kill to the node declared dead, the worker rejoining, the first successful
+   adapter request, ``/ready`` showing the loss (polled once the worker is restarted) and full
+   capacity (2 replicas running again); failed requests counted. Which failover this measures
+   depends on the routing bursts: when they leave the adapter on both replicas (the largest burst
+   usually does), the survivor already holds it and serves at once; when they leave it on one,
+   the survivor loads it first.
 
 Writes ``benchmarks/results/recovery.json``.
 """
@@ -33,6 +39,7 @@ import openai
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "recovery.json"
 LLM = "GatewayLLMServer:maze-tiny"
+CHAT = "/v1/chat/completions"  # the route label of chat requests (/ready's health probes carry "/ready")
 ADAPTER = "maze-tiny:maze-grpo"
 
 
@@ -47,7 +54,7 @@ def _messages() -> list[dict]:
 
 
 def _counts(state) -> tuple[dict[str, float], dict[str, list[str]]]:
-    """Serve's request count per LLM replica, and the model ids each replica holds, from every node."""
+    """Serve's count of chat requests per LLM replica, and the model ids each replica holds, from every node."""
     from prometheus_client.parser import text_string_to_metric_families
 
     from serving.cluster import metrics_urls
@@ -61,7 +68,8 @@ def _counts(state) -> tuple[dict[str, float], dict[str, list[str]]]:
             continue
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
-                if s.name == "ray_serve_deployment_request_counter_total" and s.labels.get("deployment") == LLM:
+                if (s.name == "ray_serve_deployment_request_counter_total" and s.labels.get("deployment") == LLM
+                        and s.labels.get("route") == CHAT):
                     requests[s.labels["replica"]] += s.value
                 elif s.name == "ray_serve_registered_multiplexed_model_id" and s.value == 1:
                     held[s.labels["replica"]].append(s.labels["model_id"])
@@ -85,7 +93,7 @@ def routing(state, client: openai.OpenAI, messages: list[dict]) -> list[dict]:
         return time.monotonic() - t0
 
     rows = []
-    before, _ = _settled_counts(state, 0, {})
+    before, _ = _settled_counts(state, 1, {})  # the warm-up request, exported before the first burst
     for model, concurrency in ((ADAPTER, 8), (ADAPTER, 64), ("maze-tiny", 64), (ADAPTER, 160)):
         n = 2 * concurrency
         t0 = time.monotonic()
@@ -183,14 +191,15 @@ def main() -> None:
 
     os.environ.update(RAY_ENV)
     t0 = time.monotonic()
-    state = cluster.up(cluster_stack_config(), workers=2, progress=print)
+    cfg = cluster_stack_config()
+    state = cluster.up(cfg, workers=2, progress=print)
     up_s = time.monotonic() - t0
     try:
         client = openai.OpenAI(base_url=state.base_url, api_key="EMPTY", max_retries=0, timeout=120)
         messages = _messages()
         client.chat.completions.create(model=ADAPTER, messages=messages, max_tokens=4, temperature=0)  # warm
-        result = {"cluster": {"workers": 2, "up_s": round(up_s, 1), "layout": "standard", "replicas": "1..2",
-                              "machine_cpus": os.cpu_count()},
+        result = {"cluster": {"workers": 2, "up_s": round(up_s, 1), "layout": cfg.layout, "replicas": "1..2",
+                              "routing": cfg.routing.model_dump(mode="json"), "machine_cpus": os.cpu_count()},
                   "routing": routing(state, client, messages)}
         OUT.write_text(json.dumps(result, indent=2) + "\n")  # kept if the recovery part fails
         result["recovery"] = recovery(state, client, messages, args.load)
