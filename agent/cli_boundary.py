@@ -1,6 +1,6 @@
 """The one place a command-line tool turns an exception into one line on stderr and an exit code.
 
-Every tool exits with the codes of one table (``EXIT_*`` below; the README lists them per tool).
+Every tool exits with the codes of one table (``EXIT_*`` below; docs/cli.md lists them per tool).
 The project's own errors are mapped the same way whichever tool meets them
 (:func:`package_failure`): an error tree's ``exit_code`` (evaluation's, training's), or the HTTP
 ``status_code`` serving's errors carry (:func:`exit_code_for_status`), so an adapter that

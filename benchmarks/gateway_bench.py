@@ -304,7 +304,8 @@ def ratios(gw: dict, vl: dict) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gateway.json")
+    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "maze-gateway-bench.json",
+                    help="where the figures go (no results file: paired_ab.py is the committed comparison)")
     ap.add_argument("--quick", action="store_true", help="fewer requests per point")
     ap.add_argument("--layout", choices=["standard", "colocated"], default=None,
                     help="Serve layout of the gateway (default: the embedded config's)")

@@ -65,7 +65,7 @@ def test_manifests_command_writes_the_checked_in_files(tmp_path):
 
 
 def test_example_spec_is_a_valid_local_run():
-    """The README's walk-through spec loads and maps onto the local trainer: 3 steps, each exported."""
+    """The walk-through spec (docs/lifecycle.md) loads and maps onto the local trainer: 3 steps, each exported."""
     from training import TrainSpec
     from training.local_job import to_grpo_config
     from training.tiny.grpo_local import GRPOConfig
