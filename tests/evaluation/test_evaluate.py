@@ -14,8 +14,7 @@ from agent.demo import scripted_server, scripted_server_process
 from evaluation import EvalConfig, Store, compare, evaluate, leaderboard
 from evaluation.cli import main as cli
 from evaluation.errors import EndpointUnavailable
-
-from .conftest import wait_for
+from tests.waiting import wait_for
 
 
 def cfg(url: str, db: str, **kw) -> EvalConfig:
@@ -82,8 +81,9 @@ def test_resume_after_kill_9(scripted, db_url):
             "--concurrency", "2", "--run-name", "killme", "--json"]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     store = Store(db_url)
-    run_id = wait_for(lambda: next((r["run_id"] for r in store.list_runs()), None))
-    wait_for(lambda: len(store.episode_rows(run_id)) >= 12, timeout=120)
+    run_id = wait_for(lambda: next((r["run_id"] for r in store.list_runs()), None), interval=0.1)
+    assert run_id, "the run never appeared in the store"
+    assert wait_for(lambda: len(store.episode_rows(run_id)) >= 12, timeout=120, interval=0.1)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     partial = len(store.episode_rows(run_id))

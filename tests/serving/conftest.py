@@ -115,7 +115,12 @@ def stack(tmp_path_factory, monkeypatch_session):
     t0 = time.monotonic()
     base_url = embedded.up(cfg, adapters=assets.shipped)
     print(f"\nembedded stack ({cfg.layout} layout, {cfg.ingress} ingress) ready in {time.monotonic() - t0:.0f}s at {base_url}")
+    running = Stack(cfg, assets, base_url)
     try:
-        yield Stack(cfg, assets, base_url)
+        yield running
     finally:
+        # The clients' idle keep-alive connections, closed by the killed servers, would hold the
+        # ports in TIME_WAIT for a minute, and `down` waits until the ports can be bound again.
+        running.client.close()
+        running.http.close()
         embedded.down()
