@@ -56,7 +56,7 @@ def test_endpoint_failing_part_way_records_errors_then_resume_completes(db_url):
 
         cfg_ = cfg(url, db_url, adapter="slow", concurrency=4)
         # An endpoint that stays down: its requests wait out wait_budget_s, then their episodes error.
-        cfg_.retry.max_attempts, cfg_.retry.backoff_initial_s, cfg_.retry.wait_budget_s = 2, 0.01, 1.0
+        cfg_.retry.max_attempts, cfg_.retry.backoff_initial_s, cfg_.retry.wait_budget_s = 2, 0.01, 0.2
         result = evaluate(cfg_, on_episode=kill_after_some)
     assert result.status == "incomplete"
     s = result.summary
