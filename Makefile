@@ -34,3 +34,4 @@ bench: setup
 	$(PY) benchmarks/auth_overhead.py
 	$(PY) benchmarks/placement_calibrate.py
 	$(PY) benchmarks/placement_sim.py
+	$(PY) benchmarks/frameworks.py
