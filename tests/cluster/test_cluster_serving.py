@@ -128,62 +128,6 @@ def test_two_replicas_one_per_worker_node(cluster_app):
     assert len(replicas["nodes"]) == 2  # the custom resource placed one replica on each worker node
 
 
-def ingress_requests(state) -> dict[str, float]:
-    """Serve's request counter per replica of the ingress deployment (every deployment but the LLM's)."""
-    samples = scrape(state)
-    names = {s.labels.get("deployment") for s in samples if s.name == "ray_serve_deployment_request_counter_total"}
-    out: dict[str, float] = {}
-    for name in names - {LLM, None}:
-        out.update(per_replica(samples, "ray_serve_deployment_request_counter_total", deployment=name))
-    return out
-
-
-def settled(state, at_least: float) -> dict[str, float]:
-    deadline = time.monotonic() + 90
-    while True:
-        counts = ingress_requests(state)
-        if sum(counts.values()) >= at_least or time.monotonic() > deadline:
-            return counts
-        time.sleep(3)
-
-
-@pytest.mark.skipif(not available(), reason="redis-server is not installed")
-def test_one_limit_across_two_ingress_replicas(cluster_app):
-    """The two ingress replicas share their counters through Redis, so a key gets its limit once, not
-    once per replica; both replicas take part (Serve's own per-replica counters), and the gateway's
-    usage (read from Redis by either replica) counts every answer."""
-    _, state = cluster_app
-    root = state.base_url.removesuffix("/v1")
-    before = settled(state, 0)
-    body = {"model": "maze-tiny", "messages": [{"role": "user", "content": "Move?"}], "max_tokens": 1}
-
-    def one(_):
-        r = httpx.post(f"{root}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"},
-                       timeout=120)
-        if r.status_code not in (200, 429):
-            return r.status_code, r.text[:300], None
-        return r.status_code, r.headers.get("x-ratelimit-remaining-requests"), r.headers.get("retry-after")
-
-    t0 = time.monotonic()
-    with cf.ThreadPoolExecutor(6) as pool:
-        results = list(pool.map(one, range(SENT)))
-    elapsed = time.monotonic() - t0
-    assert elapsed < WINDOW_S / 2, f"the burst took {elapsed:.0f}s: the window must hold all of it"
-    ok = [r for r in results if r[0] == 200]
-    limited = [r for r in results if r[0] == 429]
-    assert len(ok) + len(limited) == SENT, [r for r in results if r[0] not in (200, 429)][:3]
-    assert len(ok) == LIMIT, f"{len(ok)} admitted of {SENT} with a limit of {LIMIT} (one store for both replicas)"
-    assert sorted(int(r[1]) for r in ok) == list(range(LIMIT))  # one countdown, shared
-    assert all(r[2] is not None and 1 <= int(r[2]) <= WINDOW_S for r in limited)
-    after = settled(state, sum(before.values()) + SENT)
-    per = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-    print(f"\n{SENT} requests in {elapsed:.1f}s: {len(ok)} admitted, {len(limited)} 429; per ingress replica {per}")
-    assert len(per) == 2 and all(v > 0 for v in per.values()), per  # both replicas answered this key
-    usage = httpx.get(f"{root}/v1/usage", params={"since": "10m", "key": "shared"},
-                      headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30).json()["data"]
-    assert sum(r["requests"] for r in usage) == SENT and sum(r["errors"] for r in usage) == SENT - LIMIT
-
-
 def adapter_loads(samples) -> dict[str, float]:
     """Successful loads of maze-grpo per replica process (the gateway's counter, by WorkerId)."""
     out: dict[str, float] = defaultdict(float)
@@ -275,6 +219,55 @@ def test_base_and_adapter_requests_use_both_replicas(cluster_app):
     assert sum(requests.values()) >= 24
     # The adapter was loaded (downloaded and registered) exactly where requests for it were routed.
     assert held and set(held.values()) <= set(requests) and loaded == set(held), (held, loaded, requests)
+
+
+def key_requests(state, key: str, at_least: float) -> dict[str, float]:
+    """The gateway's request counter of ``key`` (every answer, 429s included) per ingress process
+    (Ray's WorkerId label), once it adds up to ``at_least`` (each node exports every few seconds)."""
+    deadline = time.monotonic() + 90
+    while True:
+        counts: dict[str, float] = defaultdict(float)
+        for s in scrape(state):
+            if s.name == "ray_maze_gateway_key_requests_total" and s.labels.get("key") == key:
+                counts[s.labels["WorkerId"]] += s.value
+        if sum(counts.values()) >= at_least or time.monotonic() > deadline:
+            return dict(counts)
+        time.sleep(3)
+
+
+@pytest.mark.skipif(not available(), reason="redis-server is not installed")
+def test_one_limit_across_two_ingress_replicas(cluster_app):
+    """The two ingress replicas share their counters through Redis, so a key gets its limit once, not
+    once per replica; both replicas take part (the gateway's per-key counter in each ingress process),
+    and the gateway's usage (read from Redis by either replica) counts every answer."""
+    _, state = cluster_app
+    root = state.base_url.removesuffix("/v1")
+    body = {"model": "maze-tiny", "messages": [{"role": "user", "content": "Move?"}], "max_tokens": 1}
+
+    def one(_):
+        r = httpx.post(f"{root}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"},
+                       timeout=120)
+        if r.status_code not in (200, 429):
+            return r.status_code, r.text[:300], None
+        return r.status_code, r.headers.get("x-ratelimit-remaining-requests"), r.headers.get("retry-after")
+
+    t0 = time.monotonic()
+    with cf.ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(one, range(SENT)))
+    elapsed = time.monotonic() - t0
+    assert elapsed < WINDOW_S / 2, f"the burst took {elapsed:.0f}s: the window must hold all of it"
+    ok = [r for r in results if r[0] == 200]
+    limited = [r for r in results if r[0] == 429]
+    assert len(ok) + len(limited) == SENT, [r for r in results if r[0] not in (200, 429)][:3]
+    assert len(ok) == LIMIT, f"{len(ok)} admitted of {SENT} with a limit of {LIMIT} (one store for both replicas)"
+    assert sorted(int(r[1]) for r in ok) == list(range(LIMIT))  # one countdown, shared
+    assert all(r[2] is not None and 1 <= int(r[2]) <= WINDOW_S for r in limited)
+    per = key_requests(state, "shared", SENT)
+    print(f"\n{SENT} requests in {elapsed:.1f}s: {len(ok)} admitted, {len(limited)} 429; per ingress replica {per}")
+    assert len(per) == 2 and all(v > 0 for v in per.values()) and sum(per.values()) == SENT, per  # both answered
+    usage = httpx.get(f"{root}/v1/usage", params={"since": "10m", "key": "shared"},
+                      headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30).json()["data"]
+    assert sum(r["requests"] for r in usage) == SENT and sum(r["errors"] for r in usage) == SENT - LIMIT
 
 
 def adapter_worker(state) -> int:
