@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -120,7 +121,9 @@ def stack(tmp_path_factory, monkeypatch_session):
         yield running
     finally:
         # The clients' idle keep-alive connections, closed by the killed servers, would hold the
-        # ports in TIME_WAIT for a minute, and `down` waits until the ports can be bound again.
+        # ports in TIME_WAIT for a minute, and `down` waits until the ports can be bound again:
+        # close them first (tests' unreferenced clients too, which close when collected).
         running.client.close()
         running.http.close()
+        gc.collect()
         embedded.down()
