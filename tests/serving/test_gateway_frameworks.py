@@ -96,5 +96,6 @@ def test_vf_eval_plays_the_runners_episodes(shipped, maze_eval, tmp_path, model)
     outcomes = vf_outcomes(episodes)
     ref = maze_eval[model]
     agree = agreement(ref["outcomes"], outcomes)
-    print(f"\nvf-eval {model}: {sum(outcomes.values())}/{N} solved, maze-eval {ref['solved']}/{N}, agreement {agree}/{N}")
+    print(f"\nvf-eval {model}: {sum(outcomes.values())}/{N} solved, maze-eval {ref['solved']}/{N}, "
+          f"agreement {agree}/{N}")
     assert agree >= N - 1
