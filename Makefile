@@ -42,3 +42,4 @@ bench: setup
 	$(PY) benchmarks/recovery.py
 	$(PY) benchmarks/placement_calibrate.py
 	$(PY) benchmarks/placement_sim.py
+	$(PY) benchmarks/frameworks.py

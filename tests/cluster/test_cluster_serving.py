@@ -1,16 +1,20 @@
 """The production layout on a real multi-node Ray cluster (head + 2 worker nodes, each on its own
 loopback address): two LLM replicas, one per worker node; a hot adapter spreads over both while a
-lightly used one stays on one; base and adapter requests; an evaluation that loses a worker node
-(SIGKILL) mid-run and still completes; readiness through the loss and return; and all of it with
-traffic on 127.0.0.0/8 only (every connection of the cluster's processes sampled throughout).
+lightly used one stays on one; base and adapter requests; a key's limit across the two ingress
+replicas; an evaluation that loses a worker node (SIGKILL) mid-run and still
+completes; readiness through the loss and return; and all of it with traffic on 127.0.0.0/8 only
+(every connection of the cluster's processes sampled throughout).
 
-One cluster for the module (~2-3 min to start on 2 cores); the evals run 64 mazes at concurrency 16-32.
+One cluster for the module (~1-2 min to start on 2 cores), auth on: the tests call with an admin key
+(no limits), the limit test with a limited one; two ingress replicas share the key limits through a
+real Redis server (Debian's redis-server on 127.0.0.1). The evals run 32-64 mazes at concurrency 16-32.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import os
 import threading
 import time
 from collections import defaultdict
@@ -19,15 +23,23 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+import yaml
 
 from evaluation import EvalConfig, Store, evaluate
-from tests.cluster.conftest import start_cluster
+from tests.cluster.conftest import ROOT
 from tests.net_watch import LoopbackWatch
+from tests.redis_server import RedisServer, available
 from tests.serving.stack import image_messages
 
-ROOT = Path(__file__).resolve().parents[2]
-LLM = "GatewayLLMServer:maze-tiny"
 pytestmark = pytest.mark.slow
+LLM = "GatewayLLMServer:maze-tiny"
+KEY, ADMIN = "sk-cluster-shared-0001", "sk-cluster-admin-0001"
+LIMIT, WINDOW_S, SENT = 20, 60, 60
+KEYS = {"keys": [
+    {"name": "shared", "role": "inference", "models": ["maze-tiny"], "secrets": [KEY],
+     "limits": {"requests": LIMIT, "window_s": WINDOW_S}},
+    {"name": "ops", "role": "admin", "models": ["*"], "secrets": [ADMIN]},
+]}
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +57,34 @@ def loopback(maze_home):
 
 
 @pytest.fixture(scope="module")
-def cluster_app(maze_home, loopback):
+def cluster_app(maze_home, loopback, tmp_path_factory):
+    """The shipped cluster config with two ingress replicas and KEYS, their limits shared through
+    Redis (counted per replica when redis-server is missing: the limit test skips then)."""
+    from benchmarks.stack import cluster_stack_config
     from serving import cluster
+    from serving.config import ServingConfig
 
-    cfg, state = start_cluster(app=True)
+    if not (ROOT / "models" / "maze-tiny" / "model.safetensors").is_file():
+        pytest.fail("models/maze-tiny is missing (it ships in the repo)")
+    redis = RedisServer(tmp_path_factory.mktemp("redis")).start() if available() else None
+    # The nodes (and so the ingress replicas) inherit this process's environment.
+    os.environ["MAZE_TEST_CLUSTER_KEYS"] = yaml.safe_dump(KEYS)
+    data = cluster_stack_config(ingress_replicas=2).model_dump(mode="json")
+    data["auth"] = {"keys_env": "MAZE_TEST_CLUSTER_KEYS"}
+    if redis:
+        os.environ["MAZE_TEST_REDIS_URL"] = redis.url
+        data["auth"]["store"] = {"kind": "redis", "url_env": "MAZE_TEST_REDIS_URL", "on_error": "closed",
+                                 "timeout_s": 2.0}
+    cfg = ServingConfig.model_validate(data)
     try:
+        state = cluster.up(cfg, workers=2, app=True, progress=lambda msg: print(f"... {msg}", flush=True))
         yield cfg, state
     finally:
         cluster.down()
+        if redis:
+            redis.stop()
+        for name in ("MAZE_TEST_REDIS_URL", "MAZE_TEST_CLUSTER_KEYS"):
+            os.environ.pop(name, None)
 
 
 def scrape(state) -> list:
@@ -126,7 +158,8 @@ def test_hot_adapter_spreads_over_replicas_a_cold_one_stays(cluster_app, tmp_pat
     counters), with the single-node score per seed."""
     _, state = cluster_app
     db = str(tmp_path / "eval.sqlite")
-    quick = evaluate(EvalConfig(endpoint=state.base_url, adapter="maze-grpo", seeds=[0, 1], concurrency=1, db=db))
+    quick = evaluate(EvalConfig(endpoint=state.base_url, api_key=ADMIN, adapter="maze-grpo", seeds=[0, 1],
+                                 concurrency=1, db=db))
     assert quick.status == "complete"
     quick_requests = sum(r["turns"] for r in Store(db).episode_rows(quick.run_id))
     before = settled_requests(state, quick_requests)
@@ -136,7 +169,7 @@ def test_hot_adapter_spreads_over_replicas_a_cold_one_stays(cluster_app, tmp_pat
     print(f"\nquick look: {quick_requests} requests {before}, loads {loads}; by replica and route {routes}")
     assert sum(loads.values()) == 1 and sum(1 for v in before.values() if v > 0) == 1  # one replica, one load
 
-    full = evaluate(EvalConfig(endpoint=state.base_url, adapter="maze-grpo", concurrency=32, db=db))
+    full = evaluate(EvalConfig(endpoint=state.base_url, api_key=ADMIN, adapter="maze-grpo", concurrency=32, db=db))
     assert full.status == "complete" and full.summary.n == 64 and full.summary.errors == 0
     sent = sum(r["turns"] for r in Store(db).episode_rows(full.run_id))
     after = settled_requests(state, quick_requests + sent)
@@ -152,7 +185,7 @@ def test_hot_adapter_spreads_over_replicas_a_cold_one_stays(cluster_app, tmp_pat
 
 def test_base_and_adapter_requests_use_both_replicas(cluster_app):
     _, state = cluster_app
-    client = openai.OpenAI(base_url=state.base_url, api_key="EMPTY", max_retries=0, timeout=300)
+    client = openai.OpenAI(base_url=state.base_url, api_key=ADMIN, max_retries=0, timeout=300)
     models = ["maze-tiny", "maze-tiny:maze-grpo"] * 12
 
     def ask(model: str) -> str:
@@ -188,6 +221,55 @@ def test_base_and_adapter_requests_use_both_replicas(cluster_app):
     assert held and set(held.values()) <= set(requests) and loaded == set(held), (held, loaded, requests)
 
 
+def key_requests(state, key: str, at_least: float) -> dict[str, float]:
+    """The gateway's request counter of ``key`` (every answer, 429s included) per ingress process
+    (Ray's WorkerId label), once it adds up to ``at_least`` (each node exports every few seconds)."""
+    deadline = time.monotonic() + 90
+    while True:
+        counts: dict[str, float] = defaultdict(float)
+        for s in scrape(state):
+            if s.name == "ray_maze_gateway_key_requests_total" and s.labels.get("key") == key:
+                counts[s.labels["WorkerId"]] += s.value
+        if sum(counts.values()) >= at_least or time.monotonic() > deadline:
+            return dict(counts)
+        time.sleep(3)
+
+
+@pytest.mark.skipif(not available(), reason="redis-server is not installed")
+def test_one_limit_across_two_ingress_replicas(cluster_app):
+    """The two ingress replicas share their counters through Redis, so a key gets its limit once, not
+    once per replica; both replicas take part (the gateway's per-key counter in each ingress process),
+    and the gateway's usage (read from Redis by either replica) counts every answer."""
+    _, state = cluster_app
+    root = state.base_url.removesuffix("/v1")
+    body = {"model": "maze-tiny", "messages": [{"role": "user", "content": "Move?"}], "max_tokens": 1}
+
+    def one(_):
+        r = httpx.post(f"{root}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"},
+                       timeout=120)
+        if r.status_code not in (200, 429):
+            return r.status_code, r.text[:300], None
+        return r.status_code, r.headers.get("x-ratelimit-remaining-requests"), r.headers.get("retry-after")
+
+    t0 = time.monotonic()
+    with cf.ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(one, range(SENT)))
+    elapsed = time.monotonic() - t0
+    assert elapsed < WINDOW_S / 2, f"the burst took {elapsed:.0f}s: the window must hold all of it"
+    ok = [r for r in results if r[0] == 200]
+    limited = [r for r in results if r[0] == 429]
+    assert len(ok) + len(limited) == SENT, [r for r in results if r[0] not in (200, 429)][:3]
+    assert len(ok) == LIMIT, f"{len(ok)} admitted of {SENT} with a limit of {LIMIT} (one store for both replicas)"
+    assert sorted(int(r[1]) for r in ok) == list(range(LIMIT))  # one countdown, shared
+    assert all(r[2] is not None and 1 <= int(r[2]) <= WINDOW_S for r in limited)
+    per = key_requests(state, "shared", SENT)
+    print(f"\n{SENT} requests in {elapsed:.1f}s: {len(ok)} admitted, {len(limited)} 429; per ingress replica {per}")
+    assert len(per) == 2 and all(v > 0 for v in per.values()) and sum(per.values()) == SENT, per  # both answered
+    usage = httpx.get(f"{root}/v1/usage", params={"since": "10m", "key": "shared"},
+                      headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30).json()["data"]
+    assert sum(r["requests"] for r in usage) == SENT and sum(r["errors"] for r in usage) == SENT - LIMIT
+
+
 def adapter_worker(state) -> int:
     """The worker node whose LLM replica holds maze-grpo (Serve's multiplexed-model gauge)."""
     from serving.cluster import worker_of
@@ -211,6 +293,10 @@ def gateway_outcomes(model: str) -> dict[int, bool]:
     return {int(k): bool(v) for k, v in row["outcomes"].items()}
 
 
+# The node is killed after 8 episodes, with 16 in flight on it and 8 not started yet.
+NODE_LOSS_SEEDS = 32
+
+
 def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
     from serving import cluster
 
@@ -221,11 +307,12 @@ def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
 
     def on_episode(rec, n, total):
         finished.append(rec.seed)
-        if n >= 12:
+        if n >= 8:
             done.set()
 
     pool = cf.ThreadPoolExecutor(1)
-    future = pool.submit(evaluate, EvalConfig(endpoint=state.base_url, adapter="maze-grpo", concurrency=16, db=db),
+    future = pool.submit(evaluate, EvalConfig(endpoint=state.base_url, api_key=ADMIN, adapter="maze-grpo",
+                                              seeds=f"0-{NODE_LOSS_SEEDS - 1}", concurrency=16, db=db),
                          on_episode=on_episode)
     future.add_done_callback(lambda _: done.set())
     assert done.wait(600)
@@ -257,15 +344,15 @@ def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
     pool.shutdown()
     rr = result.retries
     print(f"\nkilled worker {worker} (holding the adapter) after {episodes_before} episodes; readiness degraded after {lost_s:.1f}s, back to 2 replicas after "
-          f"{back_s}s; retries {rr.model_dump()}; solved {result.summary.solved}/64")
+          f"{back_s}s; retries {rr.model_dump()}; solved {result.summary.solved}/{NODE_LOSS_SEEDS}")
     assert back_s is not None, body
-    assert result.status == "complete" and result.summary.n == 64 and result.summary.errors == 0
+    assert result.status == "complete" and result.summary.n == NODE_LOSS_SEEDS and result.summary.errors == 0
     rows = Store(db).episode_rows(result.run_id)
-    assert sorted(r["seed"] for r in rows) == list(range(64))  # exactly 64, none duplicated
+    assert sorted(r["seed"] for r in rows) == list(range(NODE_LOSS_SEEDS))  # exactly these, none duplicated
     assert rr.retried_requests >= 1 and rr.errored == 0 and rr.recovery_s is not None
     outcomes = {r["seed"]: bool(r["success"]) for r in rows}
     reference = gateway_outcomes("maze-grpo")
-    differ = sorted(s for s in reference if outcomes[s] != reference[s])
+    differ = sorted(s for s in outcomes if outcomes[s] != reference[s])
     assert not differ, f"seeds whose outcome differs from the single-node run: {differ}"
 
 

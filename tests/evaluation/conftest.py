@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -56,13 +55,3 @@ def db_url(request, tmp_path):
     with psycopg.connect(dsn + "/postgres", autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     return f"{server}/{name}"
-
-
-def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError("condition not met in time")

@@ -14,8 +14,7 @@ from agent.demo import scripted_server, scripted_server_process
 from evaluation import EvalConfig, Store, compare, evaluate, leaderboard
 from evaluation.cli import main as cli
 from evaluation.errors import EndpointUnavailable
-
-from .conftest import wait_for
+from tests.waiting import wait_for
 
 
 def cfg(url: str, db: str, **kw) -> EvalConfig:
@@ -57,7 +56,7 @@ def test_endpoint_failing_part_way_records_errors_then_resume_completes(db_url):
 
         cfg_ = cfg(url, db_url, adapter="slow", concurrency=4)
         # An endpoint that stays down: its requests wait out wait_budget_s, then their episodes error.
-        cfg_.retry.max_attempts, cfg_.retry.backoff_initial_s, cfg_.retry.wait_budget_s = 2, 0.01, 1.0
+        cfg_.retry.max_attempts, cfg_.retry.backoff_initial_s, cfg_.retry.wait_budget_s = 2, 0.01, 0.2
         result = evaluate(cfg_, on_episode=kill_after_some)
     assert result.status == "incomplete"
     s = result.summary
@@ -82,8 +81,9 @@ def test_resume_after_kill_9(scripted, db_url):
             "--concurrency", "2", "--run-name", "killme", "--json"]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     store = Store(db_url)
-    run_id = wait_for(lambda: next((r["run_id"] for r in store.list_runs()), None))
-    wait_for(lambda: len(store.episode_rows(run_id)) >= 12, timeout=120)
+    run_id = wait_for(lambda: next((r["run_id"] for r in store.list_runs()), None), interval=0.1)
+    assert run_id, "the run never appeared in the store"
+    assert wait_for(lambda: len(store.episode_rows(run_id)) >= 12, timeout=120, interval=0.1)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     partial = len(store.episode_rows(run_id))

@@ -7,27 +7,20 @@ The real gateway, compared seed by seed with maze-eval, is tests/serving/test_ga
 from __future__ import annotations
 
 import asyncio
-import glob
-import json
-import subprocess
-from pathlib import Path
 
 from agent.profiles import DEFAULT_PROFILE
 from maze_gateway.endpoint import gateway_profile, runner_config
 
-from .venvs import venv_bin, venv_env
+from .venvs import inspect_eval, inspect_log, vf_episodes, vf_eval
 
 SEEDS = "0-5"  # all solvable within the 15-turn limit by a shortest path
 
 
 def test_inspect_task_solves_every_maze_and_logs_each_turn_with_its_frame(scripted_url, tmp_path):
-    env = venv_env(SCRIPTED_BASE_URL=scripted_url, SCRIPTED_API_KEY="unused")
-    cmd = [str(venv_bin("inspect", "inspect")), "eval", "maze_gateway/maze", "--model", "openai-api/scripted/bfs",
-           "-T", f"seeds={SEEDS}", "--log-dir", str(tmp_path), "--log-format", "json", "--display", "plain"]
-    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    proc = inspect_eval("openai-api/scripted/bfs", f"seeds={SEEDS}", log_dir=tmp_path / "logs",
+                        SCRIPTED_BASE_URL=scripted_url, SCRIPTED_API_KEY="unused")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (log_file,) = glob.glob(str(tmp_path / "*.json"))
-    log = json.loads(Path(log_file).read_text())
+    log = inspect_log(tmp_path / "logs")
     assert log["status"] == "success" and log["eval"]["task"] == "maze_gateway/maze"
     assert log["results"]["scores"][0]["metrics"]["accuracy"]["value"] == 1.0
     assert [s["id"] for s in log["samples"]] == list(range(6))
@@ -49,22 +42,16 @@ def test_inspect_task_solves_every_maze_and_logs_each_turn_with_its_frame(script
 
 
 def test_inspect_task_rejects_bad_parameters(scripted_url, tmp_path):
-    env = venv_env(SCRIPTED_BASE_URL=scripted_url, SCRIPTED_API_KEY="unused")
-    cmd = [str(venv_bin("inspect", "inspect")), "eval", "maze_gateway/maze", "--model", "openai-api/scripted/bfs",
-           "-T", "variant=maze_2d/giant", "--log-dir", str(tmp_path), "--display", "plain"]
-    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    proc = inspect_eval("openai-api/scripted/bfs", "variant=maze_2d/giant", log_dir=tmp_path / "logs",
+                        SCRIPTED_BASE_URL=scripted_url, SCRIPTED_API_KEY="unused")
     assert proc.returncode != 0 and "unknown env id 'maze_2d/giant'" in proc.stdout + proc.stderr
 
 
 def test_vf_eval_solves_every_maze_with_frames_in_the_trace(scripted_url, tmp_path):
-    env = venv_env(SCRIPTED_API_KEY="unused")
-    cmd = [str(venv_bin("verifiers", "vf-eval")), "maze-gateway", "-m", "bfs", "--client.base-url", scripted_url,
-           "--client.api-key-var", "SCRIPTED_API_KEY", "--env.taskset.seeds", SEEDS, "--no-push",
-           "-o", str(tmp_path / "out")]
-    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    proc = vf_eval("bfs", scripted_url, "--client.api-key-var", "SCRIPTED_API_KEY", "--env.taskset.seeds", SEEDS,
+                   out=tmp_path / "out", SCRIPTED_API_KEY="unused")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (traces_file,) = glob.glob(str(tmp_path / "out" / "*" / "traces.jsonl"))
-    episodes = [json.loads(line) for line in Path(traces_file).read_text().splitlines()]
+    episodes = vf_episodes(tmp_path / "out")
     assert sorted(e["task"]["data"]["seed"] for e in episodes) == list(range(6))
     for episode in episodes:
         (trace,) = episode["traces"]
@@ -80,9 +67,7 @@ def test_vf_eval_solves_every_maze_with_frames_in_the_trace(scripted_url, tmp_pa
 
 
 def test_vf_eval_rejects_bad_seeds(scripted_url, tmp_path):
-    cmd = [str(venv_bin("verifiers", "vf-eval")), "maze-gateway", "-m", "bfs", "--client.base-url", scripted_url,
-           "--env.taskset.seeds", "9-1", "--no-push", "-o", str(tmp_path / "out")]
-    proc = subprocess.run(cmd, env=venv_env(), cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    proc = vf_eval("bfs", scripted_url, "--env.taskset.seeds", "9-1", out=tmp_path / "out")
     assert proc.returncode != 0 and "seeds must look like '0-63' or '1,5,9', got '9-1'" in proc.stdout + proc.stderr
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -115,7 +116,14 @@ def stack(tmp_path_factory, monkeypatch_session):
     t0 = time.monotonic()
     base_url = embedded.up(cfg, adapters=assets.shipped)
     print(f"\nembedded stack ({cfg.layout} layout, {cfg.ingress} ingress) ready in {time.monotonic() - t0:.0f}s at {base_url}")
+    running = Stack(cfg, assets, base_url)
     try:
-        yield Stack(cfg, assets, base_url)
+        yield running
     finally:
+        # The clients' idle keep-alive connections, closed by the killed servers, would hold the
+        # ports in TIME_WAIT for a minute, and `down` waits until the ports can be bound again:
+        # close them first (tests' unreferenced clients too, which close when collected).
+        running.client.close()
+        running.http.close()
+        gc.collect()
         embedded.down()

@@ -21,16 +21,20 @@ KEY_ENV = "MAZE_TEST_API_KEYS"
 
 # The tenants' scoped keys (serving.keys) on the test stack, next to the flat KEY (an admin).
 TEAM_A, TEAM_B, OPS = "sk-team-a-test-0001", "sk-team-b-test-0001", "sk-ops-admin-test-01"
-RPM_KEY, EVAL_KEY = "sk-rpm-60-test-00001", "sk-eval-limited-0001"
+RPM_KEY, SHORT_KEY, EVAL_KEY = "sk-rpm-60-test-00001", "sk-short-window-0001", "sk-eval-limited-0001"
 TENANTS = {"keys": [
     {"name": "team-a", "role": "inference", "models": ["maze-tiny", "maze-tiny:team-a-*"], "secrets": [TEAM_A]},
     {"name": "team-b", "role": "publisher", "models": ["maze-tiny", "maze-tiny:team-b-*"], "secrets": [TEAM_B]},
     {"name": "ops", "role": "admin", "models": ["*"], "secrets": [OPS]},
-    # 60 requests a minute (OpenAI's RPM form): the one-minute limit test drives it at 5x.
+    # 60 requests a minute (OpenAI's RPM form): the limit test sends it a burst past the limit.
     {"name": "rpm-60", "role": "inference", "models": ["maze-tiny"], "secrets": [RPM_KEY], "limits": {"requests": 60}},
-    # maze-eval under a limit below the stack's pace (~7 turns/s with maze-grpo at c=8).
+    # A window of its own, short enough that the openai client's retries (Retry-After) see it refill.
+    {"name": "short-window", "role": "inference", "models": ["maze-tiny"], "secrets": [SHORT_KEY],
+     "limits": {"requests": 6, "window_s": 3}},
+    # maze-eval under a limit below the stack's pace (~7 turns/s with maze-grpo at c=8): its 8
+    # concurrent first turns fill the window, so the next turns are refused until it slides.
     {"name": "eval-limited", "role": "inference", "models": ["maze-tiny", "maze-tiny:maze-grpo"],
-     "secrets": [EVAL_KEY], "limits": {"requests": 25, "window_s": 5}},
+     "secrets": [EVAL_KEY], "limits": {"requests": 8, "window_s": 2}},
 ]}
 
 

@@ -1,7 +1,8 @@
 """Evaluation and training against the real embedded gateway (Ray Serve LLM on vLLM CPU).
 
 * maze-eval through the gateway reproduces the shipped models' scores measured with HF
-  transformers (models/scores_hf.json): greedy outcomes agree on at least 60 of 64 mazes.
+  transformers (models/scores_hf.json): greedy outcomes agree on at least 30 of the first 32 mazes
+  (the full 64-maze run is ``make eval``; models/scores_gateway.json holds its outcomes).
 * A checkpoint exported by the local GRPO trainer, published with ``maze-train publish``, is
   served by the running gateway at once and ``maze-eval --adapter`` on it works.
 """
@@ -24,6 +25,7 @@ from .test_gateway_stack import KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
+N = 32  # seeds 0..31: the base solves 13 of them, maze-grpo 28
 
 
 def hf_outcomes(model: str) -> dict[int, bool]:
@@ -43,13 +45,14 @@ def shipped(stack):
 @pytest.mark.parametrize("adapter, hf_name", [(None, "maze-tiny"), ("maze-grpo", "maze-grpo")])
 def test_gateway_scores_match_hf(shipped, tmp_path_factory, adapter, hf_name):
     db = str(tmp_path_factory.getbasetemp() / "gateway-eval.sqlite")
-    result = evaluate(EvalConfig(endpoint=shipped.base_url, api_key=KEY, adapter=adapter, concurrency=8, db=db))
-    assert result.status == "complete" and result.summary.n == 64
+    result = evaluate(EvalConfig(endpoint=shipped.base_url, api_key=KEY, adapter=adapter, seeds=f"0-{N - 1}",
+                                 concurrency=8, db=db))
+    assert result.status == "complete" and result.summary.n == N
     assert result.manifest.history == "window:2"  # the base model's agent profile, from /v1/models
     rows = {r["seed"]: bool(r["success"]) for r in Store(db).episode_rows(result.run_id)}
-    agree = sum(rows[s] == v for s, v in hf_outcomes(hf_name).items())
-    print(f"\n{hf_name}: gateway {result.summary.solved}/64, agreement with HF {agree}/64")
-    assert agree >= 60
+    agree = sum(rows[s] == v for s, v in hf_outcomes(hf_name).items() if s < N)
+    print(f"\n{hf_name}: gateway {result.summary.solved}/{N}, agreement with HF {agree}/{N}")
+    assert agree >= N - 2
 
 
 def test_leaderboard_and_compare_after_both_runs(shipped, tmp_path_factory):
@@ -58,8 +61,9 @@ def test_leaderboard_and_compare_after_both_runs(shipped, tmp_path_factory):
     rows = {r.model: r for r in leaderboard(store)}
     assert set(rows) == {"maze-tiny", "maze-tiny:maze-grpo"}
     c = compare(store, rows["maze-tiny:maze-grpo"].run_id, rows["maze-tiny"].run_id)
-    assert c.paired == 64 and c.both + c.only_a + c.only_b + c.neither == 64
-    # The shipped adapter's gain over its base is significant (issue #5): measured 34 vs 2, p = 1.9e-8.
+    assert c.paired == N and c.both + c.only_a + c.only_b + c.neither == N
+    # The shipped adapter's gain over its base is significant (issue #5): 34 vs 2 on 64 mazes,
+    # p = 1.9e-8; on these 32 (HF's outcomes) 16 vs 1.
     print(f"\ncompare: both {c.both}, only grpo {c.only_a}, only base {c.only_b}, p = {c.p_value:.4f}")
     assert c.only_a > c.only_b and c.p_value < 0.05
 

@@ -1,28 +1,23 @@
 """Inspect AI and verifiers on the real embedded gateway: their episodes are maze-eval's.
 
 ``inspect eval maze_gateway/maze`` (the openai-api provider, MAZE_BASE_URL / MAZE_API_KEY) and
-``vf-eval maze-gateway``, each from its own venv (tests/maze_gateway/venvs.py), play seeds 0..63
-of maze_2d/simple greedily against the shipped maze-tiny and maze-tiny:maze-grpo; per seed they
-agree with maze-eval's run on the same gateway on at least 62 of 64 mazes. Their logs carry every
-turn with its frame and the adapter version the gateway served.
+``vf-eval maze-gateway``, each from its own venv (tests/maze_gateway/venvs.py), play eight seeds of
+maze_2d/simple greedily against the shipped maze-tiny and maze-tiny:maze-grpo (seeds 13-20: maze-grpo
+fails two of them, so a framework that scored every episode alike would disagree); per seed they agree
+with maze-eval's run on the same gateway on at least 7 of 8. Their logs carry every turn with its frame
+and the adapter version the gateway served. The full 64-seed comparison is benchmarks/frameworks.py.
 """
 
 from __future__ import annotations
 
-import glob
-import json
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from evaluation import EvalConfig, Store, evaluate
-from tests.maze_gateway.venvs import venv_bin, venv_env
+from tests.maze_gateway.venvs import inspect_eval, inspect_log, inspect_outcomes, vf_episodes, vf_eval, vf_outcomes
 
 from .stack import KEY
 
-ROOT = Path(__file__).resolve().parents[2]
-SEEDS = "0-63"
+SEEDS, N = "13-20", 8
 MODELS = {"maze-tiny": None, "maze-tiny:maze-grpo": "maze-grpo"}  # model id -> maze-eval's --adapter
 pytestmark = pytest.mark.slow
 
@@ -46,7 +41,7 @@ def maze_eval(shipped, tmp_path_factory) -> dict[str, dict]:
         rows = Store(db).episode_rows(result.run_id)
         out[model] = {"outcomes": {r["seed"]: bool(r["success"]) for r in rows},
                       "served": result.manifest.served_model, "solved": result.summary.solved}
-        print(f"\nmaze-eval {model}: {result.summary.solved}/64 ({result.manifest.served_model})")
+        print(f"\nmaze-eval {model}: {result.summary.solved}/{N} ({result.manifest.served_model})")
     return out
 
 
@@ -56,23 +51,18 @@ def agreement(a: dict[int, bool], b: dict[int, bool]) -> int:
 
 @pytest.mark.parametrize("model", list(MODELS))
 def test_inspect_eval_plays_the_runners_episodes(shipped, maze_eval, tmp_path, model):
-    logs = tmp_path / "logs"
-    env = venv_env(MAZE_BASE_URL=shipped.base_url, MAZE_API_KEY=KEY)
-    cmd = [str(venv_bin("inspect", "inspect")), "eval", "maze_gateway/maze", "--model", f"openai-api/maze/{model}",
-           "-T", f"seeds={SEEDS}", "--log-dir", str(logs), "--log-format", "json", "--display", "plain"]
-    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=1200, check=False)
+    proc = inspect_eval(f"openai-api/maze/{model}", f"seeds={SEEDS}", log_dir=tmp_path / "logs", timeout=600,
+                        MAZE_BASE_URL=shipped.base_url, MAZE_API_KEY=KEY)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (log_file,) = glob.glob(str(logs / "*.json"))
-    log = json.loads(Path(log_file).read_text())
+    log = inspect_log(tmp_path / "logs")
     assert log["status"] == "success" and log["eval"]["task"] == "maze_gateway/maze"
-    samples = {s["id"]: s for s in log["samples"]}
-    outcomes = {seed: s["scores"]["solved"]["value"] == "C" for seed, s in samples.items()}
+    outcomes = inspect_outcomes(log)
     ref = maze_eval[model]
     agree = agreement(ref["outcomes"], outcomes)
-    print(f"\ninspect eval {model}: {sum(outcomes.values())}/64 solved, maze-eval {ref['solved']}/64, "
-          f"agreement {agree}/64")
-    assert len(outcomes) == 64 and agree >= 62
-    for s in samples.values():
+    print(f"\ninspect eval {model}: {sum(outcomes.values())}/{N} solved, maze-eval {ref['solved']}/{N}, "
+          f"agreement {agree}/{N}")
+    assert len(ref["outcomes"]) == len(outcomes) == N and agree >= N - 1
+    for s in log["samples"]:
         meta = s["scores"]["solved"]["metadata"]
         assert meta["served_model"] == ref["served"]  # base:adapter@version, the version maze-eval pinned
         assert meta["history"] == "window:2" and meta["protocol"] == "tuple/v1" and meta["max_turns"] == 15
@@ -88,20 +78,14 @@ def test_inspect_eval_plays_the_runners_episodes(shipped, maze_eval, tmp_path, m
 
 @pytest.mark.parametrize("model", list(MODELS))
 def test_vf_eval_plays_the_runners_episodes(shipped, maze_eval, tmp_path, model):
-    env = venv_env(MAZE_API_KEY=KEY)
-    cmd = [str(venv_bin("verifiers", "vf-eval")), "maze-gateway", "-m", model, "--client.base-url", shipped.base_url,
-           "--client.api-key-var", "MAZE_API_KEY", "--env.taskset.seeds", SEEDS, "-c", "8", "--no-push",
-           "-o", str(tmp_path / "out")]
-    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=1200, check=False)
+    proc = vf_eval(model, shipped.base_url, "--client.api-key-var", "MAZE_API_KEY", "--env.taskset.seeds", SEEDS,
+                   "-c", "8", out=tmp_path / "out", timeout=600, MAZE_API_KEY=KEY)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (traces_file,) = glob.glob(str(tmp_path / "out" / "*" / "traces.jsonl"))
-    episodes = [json.loads(line) for line in Path(traces_file).read_text().splitlines()]
-    assert len(episodes) == 64 and all(e["ok"] for e in episodes)
-    outcomes = {}
+    episodes = vf_episodes(tmp_path / "out")
+    assert len(episodes) == N and all(e["ok"] for e in episodes)
     for episode in episodes:
         (trace,) = episode["traces"]
         info = trace["info"]["maze"]
-        outcomes[info["seed"]] = trace["rewards"]["solved"]["score"] == 1.0
         assert info["served_model"] == maze_eval[model]["served"] and info["history"] == "window:2"
         # Each turn is one recorded model call; the messages it sent carry the frames as image parts
         # (the trace stores each distinct message once: a repeated wall bump is one node).
@@ -109,7 +93,9 @@ def test_vf_eval_plays_the_runners_episodes(shipped, maze_eval, tmp_path, model)
         users = [n["message"] for n in trace["nodes"] if n["message"]["role"] == "user"]
         assert users and all(any(p["type"] == "image_url" and p["image_url"]["url"].startswith("data:image/png;base64,")
                                  for p in m["content"]) for m in users)
+    outcomes = vf_outcomes(episodes)
     ref = maze_eval[model]
     agree = agreement(ref["outcomes"], outcomes)
-    print(f"\nvf-eval {model}: {sum(outcomes.values())}/64 solved, maze-eval {ref['solved']}/64, agreement {agree}/64")
-    assert agree >= 62
+    print(f"\nvf-eval {model}: {sum(outcomes.values())}/{N} solved, maze-eval {ref['solved']}/{N}, "
+          f"agreement {agree}/{N}")
+    assert agree >= N - 1

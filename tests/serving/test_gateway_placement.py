@@ -4,12 +4,11 @@ adapters the replica holds; evictions are counted in the replica's report and it
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
 
 from serving.placement import PlacementStore, where_rows
+from tests.waiting import wait_for
 
 from .stack import image_messages
 
@@ -20,16 +19,6 @@ PINNED = "maze-grpo"
 def resident(placement: PlacementStore) -> dict[str, dict]:
     """The live replica's resident adapters (base:name@version -> where row)."""
     return {r["adapter"]: r for r in where_rows(placement.reports(), placement.pins()) if not r["stale"]}
-
-
-def wait_for(predicate, timeout: float = 90.0, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return predicate()
 
 
 def test_pinned_adapter_stays_while_the_others_are_evicted(stack):
@@ -43,7 +32,7 @@ def test_pinned_adapter_stays_while_the_others_are_evicted(stack):
     try:
         placement.pin(PINNED, slots)
         # Loaded by the replica itself (no request for it), and reported as pinned.
-        held = wait_for(lambda: resident(placement).get(pinned_id, {}).get("pinned"))
+        held = wait_for(lambda: resident(placement).get(pinned_id, {}).get("pinned"), timeout=90, interval=1)
         assert held, resident(placement)
         evictions_before = max(r.get("evictions", 0) for r in placement.reports())
         for name in names:  # every slot's worth of other adapters, one request each
@@ -58,7 +47,7 @@ def test_pinned_adapter_stays_while_the_others_are_evicted(stack):
             return now if last in now and pinned_id in now and len(now) == slots and all(
                 now[k]["pinned"] == (k == pinned_id) for k in now) else None
 
-        now = wait_for(settled)
+        now = wait_for(settled, timeout=90, interval=1)
         assert now, resident(placement)
         evictions = max(r.get("evictions", 0) for r in placement.reports())
         print(f"\nresident after {len(names)} other adapters: {sorted(now)}; evictions {evictions_before} -> {evictions}")

@@ -90,7 +90,7 @@ def test_grpo_with_perturbed_starts_logs_them(tmp_path):
     """Two steps with perturbed groups, on a cosine schedule over those two steps."""
     cfg = GRPOConfig(model_path=str(TINY), ckpt_path=str(tmp_path / "ckpt"), export_path=str(tmp_path / "export"),
                      train_batch_size=2, n_samples_per_prompt=2, policy_mini_batch_size=2, max_turns=12,
-                     max_generate_length=8, eval_before_train=False, eval_interval=10, max_steps=2,
+                     max_generate_length=8, eval_before_train=False, eval_interval=10, eval_seeds=2, max_steps=2,
                      greedy_samples_per_prompt=1, perturbed_starts=0.5, temperature=1.5, scheduler="cosine", lr=1e-3)
     grpo_train(cfg)
     rows = [json.loads(x) for x in (tmp_path / "export" / "metrics.jsonl").read_text().splitlines()]

@@ -76,7 +76,7 @@ def test_grpo_with_state_groups_logs_them(tmp_path):
     # 9 turns are the 8 moves of a direct maze and the stop: a sampled detour (T=2) cannot be made up.
     cfg = GRPOConfig(model_path=str(TINY), ckpt_path=str(tmp_path / "ckpt"), export_path=str(tmp_path / "export"),
                      train_batch_size=2, n_samples_per_prompt=2, policy_mini_batch_size=1, max_turns=9,
-                     max_generate_length=8, eval_before_train=False, eval_interval=10, max_steps=1,
+                     max_generate_length=8, eval_before_train=False, eval_interval=10, eval_seeds=2, max_steps=1,
                      greedy_samples_per_prompt=1, state_groups=6, state_group_size=4, temperature=2.0)
     grpo_train(cfg)
     (row,) = [json.loads(x) for x in (tmp_path / "export" / "metrics.jsonl").read_text().splitlines()]

@@ -145,7 +145,7 @@ def test_grpo_logs_replays_and_group_stats(tmp_path):
     """hard_replay_fraction end to end: every step logs what it replayed and its group stats."""
     cfg = GRPOConfig(model_path=str(TINY), ckpt_path=str(tmp_path / "ckpt"), export_path=str(tmp_path / "export"),
                      train_batch_size=2, n_samples_per_prompt=2, policy_mini_batch_size=2, max_turns=9,
-                     max_generate_length=8, eval_before_train=False, eval_interval=10, max_steps=2,
+                     max_generate_length=8, eval_before_train=False, eval_interval=10, eval_seeds=2, max_steps=2,
                      hard_replay_fraction=0.5, greedy_samples_per_prompt=1)
     grpo_train(cfg)
     rows = [json.loads(x) for x in (tmp_path / "export" / "metrics.jsonl").read_text().splitlines()]
