@@ -24,9 +24,10 @@ demo: setup
 test: setup-test
 	$(PY) -m pytest -q -ra --durations=25
 
-# The inner loop: every test that starts no gateway stack, cluster or Ray head.
+# The inner loop: every test that starts no gateway stack, cluster or Ray head and takes seconds
+# (the ones marked slow, CPU training runs among them, are left to `make test`).
 test-fast: setup-test
-	$(PY) -m pytest -q -ra --durations=10 -m "not needs_stack and not needs_cluster and not needs_ray"
+	$(PY) -m pytest -q -ra --durations=10 -m "not slow and not needs_stack and not needs_cluster and not needs_ray"
 
 # Every benchmark with a results file under benchmarks/results/ (docs/benchmarks.md); the ones that
 # start the embedded stack or a cluster take minutes each.

@@ -310,15 +310,23 @@ def _reap(pids: list[int]) -> None:
 
 def _stop_group(sid: int, grace_s: float = 20.0, kill_wait_s: float = 10.0) -> list[int]:
     """SIGTERM every process of the session ``sid``, SIGKILL what is left after ``grace_s``, and
-    wait until none is left; returns the pids still alive after ``kill_wait_s`` more (normally none)."""
-    pids = _session_pids(sid)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except OSError:
-            pass
+    wait until none is left; returns the pids still alive after ``kill_wait_s`` more (normally none).
+
+    A process that appears during the grace period (Ray starting a worker while its others exit)
+    gets its SIGTERM too, or it alone would hold ``down`` for the whole grace period."""
+    pids: list[int] = []
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(p) for p in _session_pids(sid)):
+    while time.monotonic() < deadline:
+        alive = [p for p in _session_pids(sid) if _alive(p)]
+        if not alive:
+            break
+        for pid in alive:
+            if pid not in pids:
+                pids.append(pid)
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except OSError:
+                    pass
         _reap(pids)
         time.sleep(0.2)
     deadline = time.monotonic() + kill_wait_s
