@@ -54,6 +54,10 @@ class GRPOConfig(BaseModel):
         "detour away from the goal (not a SkyRL setting; drawn by rejection sampling). Detour mazes are a small "
         "minority of random mazes and the ones a policy that walks toward the goal fails, so a plain batch holds "
         "few groups with any advantage on them; larger shares trade direct tasks for detour ones")
+    held_out_seeds: int = Field(
+        0, ge=0, description="training never draws the task of an env seed 0..N-1 (not a SkyRL setting): with 64, "
+        "the fixed maze set the served curve and maze-eval score stays unseen, so a rise on it is not memorization; "
+        "0 draws from all 768 tasks")
     perturbed_starts: float = Field(
         0.0, ge=0, le=1, description="share of each step's mazes whose group starts after 1..perturbed_max_moves "
         "forced random moves (not a SkyRL setting, see training/tiny/perturbed_starts.py): the states a wrong turn leads "

@@ -168,6 +168,17 @@ def test_fresh_mazes_puts_detour_mazes_first_at_the_share_asked():
     assert sum(detour_moves(m) > 0 for m in fresh_mazes(400, 0.0, np.random.default_rng(8))) < 100
 
 
+def test_fresh_mazes_never_draw_a_held_out_task():
+    from training.tiny.grpo_local import held_out_keys, maze_key
+
+    held = held_out_keys(64)
+    assert len(held) == 60  # seeds 0..63 draw 60 of the 768 tasks
+    plain = fresh_mazes(400, 0.0, np.random.default_rng(9))
+    assert sum(maze_key(m) in held for m in plain) > 10  # about 8% of random draws are eval tasks
+    kept = fresh_mazes(400, 0.25, np.random.default_rng(9), held)
+    assert not any(maze_key(m) in held for m in kept) and all(detour_moves(m) > 0 for m in kept[:100])
+
+
 def test_grpo_eval_all_tasks_logs_the_task_rate(tmp_path, monkeypatch):
     """eval_all_tasks adds the all-task metrics next to the eval seeds' (here on the first 6 of the
     768 tasks: all of them take minutes on CPU); detour_share 1 trains on a detour maze."""
