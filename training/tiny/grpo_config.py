@@ -101,6 +101,7 @@ class GRPOConfig(BaseModel):
     max_minutes: float = Field(30.0, gt=0, description="wall-clock budget; stops after the step in flight")
     eval_interval: int = Field(5, ge=1, description="steps between greedy evaluations (trainer.eval_interval)")
     eval_before_train: bool = Field(True, description="evaluate the starting adapter as step 0 "
+                                    "and export it as global_step_0, so a served curve starts where training starts "
                                     "(trainer.eval_before_train; not on a resume)")
     eval_seeds: int = Field(64, ge=1, description="eval set: seeds 0..N-1 of the env")
     eval_all_tasks: bool = Field(

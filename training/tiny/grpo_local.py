@@ -466,6 +466,7 @@ def train(cfg: GRPOConfig) -> dict:
     with (run.export / "metrics.jsonl").open("a") as metrics_f:
         if step == 0 and cfg.eval_before_train:
             m = run_eval(run, 0)
+            save_adapter(run.model, run.export / "global_step_0" / "policy")  # the served curve's starting point
             history.append({"global_step": 0, **m})
             log.info("Step 0: %s", json.dumps(m, indent=2))
             metrics_f.write(json.dumps({"global_step": 0, **m}) + "\n")
