@@ -126,11 +126,36 @@ def curve(db: Path, job: str, lines: list[tuple[float, str]]) -> list[dict]:
             for p in c.points]
 
 
+def shipped_chain(out: Path) -> None:
+    """The shipped GPU chain's curve beside the walkthrough's: seeds 0-63 solved per evaluated step
+    (the trainer's greedy eval on the H200, from models/curves/training_curves.json), and its selected
+    step as served through the gateway (models/scores_gateway.json: maze-grpo); its step 0 is
+    maze-tiny, which the walkthrough's step 0 serves."""
+    chain = json.loads((ROOT / "models" / "curves" / "training_curves.json").read_text())["grpo"]
+    tasks = {e["global_step"]: e["pass_at_1"] for e in chain["eval_all_tasks"]}
+    served = {r["model"]: r["solved"] for r in json.loads((ROOT / "models" / "scores_gateway.json").read_text())}
+    result = {
+        "what": "the shipped maze-grpo GRPO chain (H200, models/MODEL_CARD.md): the 64 eval seeds solved per "
+                "evaluated step by the trainer's greedy eval, and all 768 tasks; the selected step (maze-grpo) "
+                "also served through the gateway",
+        "source": "models/curves/training_curves.json, models/scores_gateway.json",
+        "selected_step": chain["selected_step"],
+        "selected_step_served_solved": served.get("maze-grpo"),
+        "curve": [{"step": e["global_step"], "seeds_solved": round(e["pass_at_1"] * 64), "n": 64,
+                   "all_tasks_pass_at_1": round(tasks[e["global_step"]], 4)} for e in chain["eval"]],
+    }
+    out.write_text(json.dumps(result, indent=2) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--spec", default=SPEC, help="training spec, relative to the repo root")
     parser.add_argument("--out", default=str(OUT), help="results file")
+    parser.add_argument("--shipped-chain", metavar="OUT", help="only write the shipped GPU chain's curve to OUT")
     args = parser.parse_args()
+    if args.shipped_chain:
+        shipped_chain(Path(args.shipped_chain))
+        return
     tmp = Path(tempfile.mkdtemp(prefix="maze-walk-", dir="/tmp"))
     spec = yaml.safe_load((ROOT / args.spec).read_text())
     for key in ("ckpt_path", "export_path"):  # a fresh run: a leftover checkpoint would be resumed
@@ -153,7 +178,7 @@ def main() -> None:
         job = subprocess.run(submit, env=env, check=True, cwd=ROOT, capture_output=True, text=True).stdout.strip()
         _say(f"submitted {job}")
         watch = _cli("training.cli", "watch", job, "--adapter", ADAPTER, "--address", address,
-                     "--serving-config", str(serving), "--endpoint", base_url, "--ledger", str(ledger))
+                     "--serving-config", str(serving), "--endpoint", base_url, "--ledger", str(ledger), "--interval", "10")
         lines = watch_lines(watch, env, t0)
         wall_s = round(time.monotonic() - t0, 1)
         points = curve(db, job, lines)

@@ -68,6 +68,10 @@ def test_grpo_smoke_and_resume(tmp_path):
         assert f.keys()
     agg = tmp_path / "export" / "dumped_evals" / "global_step_1_evals" / "aggregated_results.jsonl"
     assert 0.0 <= json.loads(agg.read_text())["eval/all/pass_at_1"] <= 1.0
+    start = tmp_path / "export" / "global_step_0" / "policy"  # exported with the step-0 eval: a served curve's start
+    with safe_open(str(start / "adapter_model.safetensors"), "pt") as f:
+        lora_b = [k for k in f.keys() if "lora_B" in k]
+        assert lora_b and not any(f.get_tensor(k).any() for k in lora_b)  # the zero LoRA training starts from
     summary = grpo_train(GRPOConfig(max_steps=2, eval_before_train=False, **kw))  # resumes at step 1
     assert summary["global_step"] == 2
     assert (tmp_path / "ckpt" / MARKER).read_text() == "2"
