@@ -18,6 +18,10 @@ from training.spec import TrainSpec
 
 log = logging.getLogger("training.local_job")
 
+# The fixed maze set the served curve scores (`maze-train watch`, maze-eval's default seeds 0-63):
+# never drawn for training, so a served rise is not the adapter memorizing its exam.
+SERVED_SEEDS = 64
+
 
 def to_grpo_config(spec: TrainSpec, device: str) -> dict:
     """The local trainer's settings for ``spec`` (same names where SkyRL has them)."""
@@ -40,6 +44,7 @@ def to_grpo_config(spec: TrainSpec, device: str) -> dict:
         "eval_interval": out.eval_interval,
         "eval_before_train": out.eval_before_train,
         "eval_seeds": spec.data.eval_rows,
+        "held_out_seeds": SERVED_SEEDS,
         "ckpt_interval": out.ckpt_interval,
         "hf_save_interval": out.hf_save_interval if out.hf_save_interval > 0 else out.ckpt_interval,
         "resume_mode": out.resume_mode,

@@ -65,11 +65,13 @@ def test_manifests_command_writes_the_checked_in_files(tmp_path):
 
 
 def test_example_spec_is_a_valid_local_run():
-    """The walk-through spec (docs/lifecycle.md) loads and maps onto the local trainer: 3 steps, each exported."""
+    """The walk-through spec (docs/lifecycle.md) loads and maps onto the local trainer: 9 steps, the
+    starting adapter and every third step exported, the served 64 mazes held out of training."""
     from training import TrainSpec
     from training.local_job import to_grpo_config
     from training.tiny.grpo_local import GRPOConfig
 
     spec = TrainSpec.from_file(Path(__file__).resolve().parents[2] / "training/examples/tiny-local.yaml")
     cfg = GRPOConfig(**to_grpo_config(spec, "cpu"))
-    assert spec.optim.epochs == 3 and spec.output.hf_save_interval == 1 and cfg.model_path == "models/maze-tiny"
+    assert cfg.max_steps == 9 and cfg.hf_save_interval == 3 and cfg.eval_before_train
+    assert cfg.model_path == "models/maze-tiny" and cfg.held_out_seeds == 64

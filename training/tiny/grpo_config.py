@@ -54,6 +54,10 @@ class GRPOConfig(BaseModel):
         "detour away from the goal (not a SkyRL setting; drawn by rejection sampling). Detour mazes are a small "
         "minority of random mazes and the ones a policy that walks toward the goal fails, so a plain batch holds "
         "few groups with any advantage on them; larger shares trade direct tasks for detour ones")
+    held_out_seeds: int = Field(
+        0, ge=0, description="training never draws the task of an env seed 0..N-1 (not a SkyRL setting): with 64, "
+        "the fixed maze set the served curve and maze-eval score stays unseen, so a rise on it is not memorization; "
+        "0 draws from all 768 tasks")
     perturbed_starts: float = Field(
         0.0, ge=0, le=1, description="share of each step's mazes whose group starts after 1..perturbed_max_moves "
         "forced random moves (not a SkyRL setting, see training/tiny/perturbed_starts.py): the states a wrong turn leads "
@@ -97,6 +101,7 @@ class GRPOConfig(BaseModel):
     max_minutes: float = Field(30.0, gt=0, description="wall-clock budget; stops after the step in flight")
     eval_interval: int = Field(5, ge=1, description="steps between greedy evaluations (trainer.eval_interval)")
     eval_before_train: bool = Field(True, description="evaluate the starting adapter as step 0 "
+                                    "and export it as global_step_0, so a served curve starts where training starts "
                                     "(trainer.eval_before_train; not on a resume)")
     eval_seeds: int = Field(64, ge=1, description="eval set: seeds 0..N-1 of the env")
     eval_all_tasks: bool = Field(

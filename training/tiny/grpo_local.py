@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent.mazes import MazeLayout, detour_moves, generate, generate_from_seed, shortest_path
+from agent.mazes import MazeLayout, Pos, detour_moves, generate, generate_from_seed, shortest_path
 # MARKER and GRPOConfig are imported from here by callers and tests too
 from training.tiny.checkpointing import MARKER, save_checkpoint, try_resume  # noqa: F401
 from training.tiny.config_file import load_with_overrides
@@ -98,19 +98,33 @@ class HardMazes:
                 self.queue.append((lay, k))
 
 
-def fresh_mazes(n: int, detour_share: float, rng: np.random.Generator) -> list[MazeLayout]:
+def maze_key(layout: MazeLayout) -> tuple[bytes, Pos, Pos]:
+    """What makes two mazes the same task: the walls, the start and the goal."""
+    return layout.grid.tobytes(), tuple(map(int, layout.start)), tuple(map(int, layout.goal))
+
+
+def held_out_keys(seeds: int) -> frozenset:
+    """The tasks of env seeds ``0..seeds-1`` (seeds 0..63 are the fixed set the served curve scores)."""
+    return frozenset(maze_key(generate_from_seed(7, 7, s)) for s in range(seeds))
+
+
+def fresh_mazes(n: int, detour_share: float, rng: np.random.Generator,
+                held_out: frozenset = frozenset()) -> list[MazeLayout]:
     """``n`` random 7x7 mazes, the first ``detour_share * n`` (rounded half up) of them ones that need a detour.
 
-    With ``detour_share`` 0 this draws exactly what plain sampling draws, so runs without it are
-    unchanged; the others are drawn by rejection from the same generator.
+    With ``detour_share`` 0 and nothing ``held_out`` this draws exactly what plain sampling draws, so
+    runs without them are unchanged; the others are drawn by rejection from the same generator (a
+    7x7 maze is one of 768 tasks, so a random draw hits the 64 eval seeds' tasks about 8% of the time).
     """
+
+    def draw(ok) -> MazeLayout:
+        while True:
+            lay = generate(7, 7, rng)
+            if maze_key(lay) not in held_out and ok(lay):
+                return lay
+
     n_detour = int(detour_share * n + 0.5)
-    out: list[MazeLayout] = []
-    while len(out) < n_detour:
-        lay = generate(7, 7, rng)
-        if detour_moves(lay):
-            out.append(lay)
-    return out + [generate(7, 7, rng) for _ in range(n - n_detour)]
+    return [draw(detour_moves) for _ in range(n_detour)] + [draw(lambda _lay: True) for _ in range(n - n_detour)]
 
 
 @contextmanager
@@ -254,6 +268,7 @@ class GRPORun:
     np_rng: np.random.Generator
     gen: torch.Generator
     hard: HardMazes
+    held_out: frozenset
     export: Path
     pad_id: int
 
@@ -288,7 +303,8 @@ def start_run(cfg: GRPOConfig) -> tuple[GRPORun, int, list[dict]]:
     run = GRPORun(cfg=cfg, device=device, model=model, fast=FastQwen3VL(model, bank.grid_thw), bank=bank,
                   codec=make_codec(processor), catalog=catalog, profile=profile, settings=settings, params=params,
                   opt=opt, np_rng=np_rng, gen=torch.Generator(device=device).manual_seed(cfg.seed + step),
-                  hard=HardMazes(4 * cfg.train_batch_size, cfg.max_turns), export=export,
+                  hard=HardMazes(4 * cfg.train_batch_size, cfg.max_turns), held_out=held_out_keys(cfg.held_out_seeds),
+                  export=export,
                   pad_id=processor.tokenizer.pad_token_id)
     return run, step, history
 
@@ -320,7 +336,8 @@ def draw_batch(run: GRPORun) -> Batch:
     cfg, n, n_greedy = run.cfg, run.cfg.n_samples_per_prompt, run.cfg.greedy_samples_per_prompt
     replayed = run.hard.take(int(cfg.hard_replay_fraction * cfg.train_batch_size))
     n_replay = len(replayed)
-    layouts = [lay for lay, _ in replayed] + fresh_mazes(cfg.train_batch_size - n_replay, cfg.detour_share, run.np_rng)
+    layouts = [lay for lay, _ in replayed] + fresh_mazes(cfg.train_batch_size - n_replay, cfg.detour_share, run.np_rng,
+                                                          run.held_out)
     replays = [k for _, k in replayed] + [0] * (cfg.train_batch_size - n_replay)
     n_pert = round(cfg.perturbed_starts * cfg.train_batch_size)
     n_start = cfg.train_batch_size - n_pert
@@ -449,6 +466,7 @@ def train(cfg: GRPOConfig) -> dict:
     with (run.export / "metrics.jsonl").open("a") as metrics_f:
         if step == 0 and cfg.eval_before_train:
             m = run_eval(run, 0)
+            save_adapter(run.model, run.export / "global_step_0" / "policy")  # the served curve's starting point
             history.append({"global_step": 0, **m})
             log.info("Step 0: %s", json.dumps(m, indent=2))
             metrics_f.write(json.dumps({"global_step": 0, **m}) + "\n")

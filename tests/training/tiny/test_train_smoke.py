@@ -68,6 +68,10 @@ def test_grpo_smoke_and_resume(tmp_path):
         assert f.keys()
     agg = tmp_path / "export" / "dumped_evals" / "global_step_1_evals" / "aggregated_results.jsonl"
     assert 0.0 <= json.loads(agg.read_text())["eval/all/pass_at_1"] <= 1.0
+    start = tmp_path / "export" / "global_step_0" / "policy"  # exported with the step-0 eval: a served curve's start
+    with safe_open(str(start / "adapter_model.safetensors"), "pt") as f:
+        lora_b = [k for k in f.keys() if "lora_B" in k]
+        assert lora_b and not any(f.get_tensor(k).any() for k in lora_b)  # the zero LoRA training starts from
     summary = grpo_train(GRPOConfig(max_steps=2, eval_before_train=False, **kw))  # resumes at step 1
     assert summary["global_step"] == 2
     assert (tmp_path / "ckpt" / MARKER).read_text() == "2"
@@ -166,6 +170,17 @@ def test_fresh_mazes_puts_detour_mazes_first_at_the_share_asked():
     assert len(mazes) == 16 and all(detour_moves(m) > 0 for m in mazes[:8])
     # about 1 random maze in 9 needs a detour, so without the share few do
     assert sum(detour_moves(m) > 0 for m in fresh_mazes(400, 0.0, np.random.default_rng(8))) < 100
+
+
+def test_fresh_mazes_never_draw_a_held_out_task():
+    from training.tiny.grpo_local import held_out_keys, maze_key
+
+    held = held_out_keys(64)
+    assert len(held) == 60  # seeds 0..63 draw 60 of the 768 tasks
+    plain = fresh_mazes(400, 0.0, np.random.default_rng(9))
+    assert sum(maze_key(m) in held for m in plain) > 10  # about 8% of random draws are eval tasks
+    kept = fresh_mazes(400, 0.25, np.random.default_rng(9), held)
+    assert not any(maze_key(m) in held for m in kept) and all(detour_moves(m) > 0 for m in kept[:100])
 
 
 def test_grpo_eval_all_tasks_logs_the_task_rate(tmp_path, monkeypatch):
