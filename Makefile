@@ -36,7 +36,7 @@ bench: setup
 	$(PY) benchmarks/rollout_cache.py
 	$(PY) benchmarks/auth_overhead.py
 	$(PY) benchmarks/layout_ab.py --rounds 3
-	$(PY) benchmarks/paired_ab.py --blocks 80 --c8-blocks 8
+	$(PY) benchmarks/paired_ab.py --blocks 6 --c8-blocks 10 --variants embedded,glibc-mmap-default,jemalloc
 	$(PY) benchmarks/lora_parity.py
 	$(PY) benchmarks/lora_parity.py --cpu-kernels vllm --concurrency 1 8 --rounds 1 --skip-mix
 	$(PY) benchmarks/soak.py --duration-s 600
