@@ -49,7 +49,8 @@ def outside_loopback(pids: set[int], wildcard: set[str] | None = None) -> list[s
             continue
         if c.status == psutil.CONN_LISTEN and c.laddr.ip in WILDCARDS:
             if wildcard is not None:
-                wildcard.add(f"{_name(c.pid).split()[0]}:{c.laddr.port}")
+                # A process that exited since the listing has no name left: keep its pid instead.
+                wildcard.add(f"{(_name(c.pid).split() or [f'pid {c.pid}'])[0]}:{c.laddr.port}")
             continue
         ends = [c.laddr] + ([c.raddr] if c.raddr else [])
         bad = [e for e in ends if not is_loopback(e.ip)]

@@ -263,11 +263,20 @@ def test_one_limit_across_two_ingress_replicas(cluster_app):
     assert sorted(int(r[1]) for r in ok) == list(range(LIMIT))  # one countdown, shared
     assert all(r[2] is not None and 1 <= int(r[2]) <= WINDOW_S for r in limited)
     per = key_requests(state, "shared", SENT)
-    print(f"\n{SENT} requests in {elapsed:.1f}s: {len(ok)} admitted, {len(limited)} 429; per ingress replica {per}")
-    assert len(per) == 2 and all(v > 0 for v in per.values()) and sum(per.values()) == SENT, per  # both answered
+    # Serve's proxies may hand a whole burst to one ingress replica. Then the other must refuse the key
+    # too while the window lasts: it admitted nothing, and the limit the first one used up is shared.
+    sent, extra = SENT, []
+    while len(per) < 2 and time.monotonic() - t0 < WINDOW_S - 15:
+        extra += [one(i) for i in range(10)]
+        sent += 10
+        per = key_requests(state, "shared", sent)
+    print(f"\n{SENT} requests in {elapsed:.1f}s: {len(ok)} admitted, {len(limited)} 429; then {len(extra)} more, "
+          f"all 429: {all(r[0] == 429 for r in extra)}; per ingress replica {per}")
+    assert all(r[0] == 429 for r in extra), extra[:3]
+    assert len(per) == 2 and all(v > 0 for v in per.values()) and sum(per.values()) == sent, per  # both answered
     usage = httpx.get(f"{root}/v1/usage", params={"since": "10m", "key": "shared"},
                       headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30).json()["data"]
-    assert sum(r["requests"] for r in usage) == SENT and sum(r["errors"] for r in usage) == SENT - LIMIT
+    assert sum(r["requests"] for r in usage) == sent and sum(r["errors"] for r in usage) == sent - LIMIT
 
 
 def adapter_worker(state) -> int:
