@@ -108,8 +108,7 @@ def held_out_keys(seeds: int) -> frozenset:
     return frozenset(maze_key(generate_from_seed(7, 7, s)) for s in range(seeds))
 
 
-def fresh_mazes(n: int, detour_share: float, rng: np.random.Generator,
-                held_out: frozenset = frozenset()) -> list[MazeLayout]:
+def fresh_mazes(n: int, detour_share: float, rng: np.random.Generator, held_out=frozenset()) -> list[MazeLayout]:
     """``n`` random 7x7 mazes, the first ``detour_share * n`` (rounded half up) of them ones that need a detour.
 
     With ``detour_share`` 0 and nothing ``held_out`` this draws exactly what plain sampling draws, so
@@ -304,8 +303,7 @@ def start_run(cfg: GRPOConfig) -> tuple[GRPORun, int, list[dict]]:
                   codec=make_codec(processor), catalog=catalog, profile=profile, settings=settings, params=params,
                   opt=opt, np_rng=np_rng, gen=torch.Generator(device=device).manual_seed(cfg.seed + step),
                   hard=HardMazes(4 * cfg.train_batch_size, cfg.max_turns), held_out=held_out_keys(cfg.held_out_seeds),
-                  export=export,
-                  pad_id=processor.tokenizer.pad_token_id)
+                  export=export, pad_id=processor.tokenizer.pad_token_id)
     return run, step, history
 
 
@@ -336,8 +334,8 @@ def draw_batch(run: GRPORun) -> Batch:
     cfg, n, n_greedy = run.cfg, run.cfg.n_samples_per_prompt, run.cfg.greedy_samples_per_prompt
     replayed = run.hard.take(int(cfg.hard_replay_fraction * cfg.train_batch_size))
     n_replay = len(replayed)
-    layouts = [lay for lay, _ in replayed] + fresh_mazes(cfg.train_batch_size - n_replay, cfg.detour_share, run.np_rng,
-                                                          run.held_out)
+    fresh = fresh_mazes(cfg.train_batch_size - n_replay, cfg.detour_share, run.np_rng, run.held_out)
+    layouts = [lay for lay, _ in replayed] + fresh
     replays = [k for _, k in replayed] + [0] * (cfg.train_batch_size - n_replay)
     n_pert = round(cfg.perturbed_starts * cfg.train_batch_size)
     n_start = cfg.train_batch_size - n_pert
