@@ -27,7 +27,7 @@ test: setup-test
 # The inner loop: every test that starts no gateway stack, cluster or Ray head and takes seconds
 # (the ones marked slow, CPU training runs among them, are left to `make test`).
 test-fast: setup-test
-	$(PY) -m pytest -q -ra --durations=10 -m "not slow and not needs_stack and not needs_cluster and not needs_ray"
+	$(PY) -m pytest -q -ra --durations=10 -n 2 --dist loadgroup -m "not slow and not needs_stack and not needs_cluster and not needs_ray"
 
 # Every benchmark with a results file under benchmarks/results/ (docs/benchmarks.md); the ones that
 # start the embedded stack or a cluster take minutes each.
@@ -36,7 +36,7 @@ bench: setup
 	$(PY) benchmarks/rollout_cache.py
 	$(PY) benchmarks/auth_overhead.py
 	$(PY) benchmarks/layout_ab.py --rounds 3
-	$(PY) benchmarks/paired_ab.py --blocks 6 --c8-blocks 10 --variants embedded,glibc-mmap-default,jemalloc
+	$(PY) benchmarks/paired_ab.py --variants embedded,glibc-mmap-threshold,glibc-mmap-default
 	$(PY) benchmarks/lora_parity.py
 	$(PY) benchmarks/lora_parity.py --cpu-kernels vllm --concurrency 1 8 --rounds 1 --skip-mix
 	$(PY) benchmarks/soak.py --duration-s 600

@@ -164,12 +164,13 @@ def background_load(exclude_sids: list[int]) -> dict:
 
 def start_gateway(assets, name: str, layout: str | None = None, ingress: str | None = None,
                   env: dict[str, str] | None = None, engine_env: dict[str, str | None] | None = None,
-                  lora: dict | None = None):
+                  lora: dict | None = None, allocator: str | None = None, base: dict | None = None):
     """The embedded stack (fresh ``MAZE_HOME``, 8 adapters per replica) in ``layout`` with ``ingress``
     (default: the embedded config's), once ready: (config, base_url, seconds to ready). ``env``
     reaches the Ray processes only (``ray start`` inherits this process's environment, which is
     restored afterwards); ``engine_env`` changes the config's ``env`` for the engine processes (None
-    removes a variable); ``lora`` changes fields of the config's ``lora`` section. Stop it with
+    removes a variable); ``lora`` changes fields of the config's ``lora`` section; ``allocator``
+    replaces the config's; ``base`` changes fields of its base model. Stop it with
     ``serving.embedded.down()``."""
     from serving import embedded
 
@@ -181,6 +182,10 @@ def start_gateway(assets, name: str, layout: str | None = None, ingress: str | N
         cfg = cfg.model_copy(update={"env": {k: v for k, v in merged.items() if v is not None}})
     if lora:
         cfg = cfg.model_copy(update={"lora": cfg.lora.model_copy(update=lora)})
+    if allocator:
+        cfg = cfg.model_copy(update={"allocator": allocator})
+    if base:
+        cfg = cfg.model_copy(update={"base_models": [cfg.base_models[0].model_copy(update=base)]})
     env = env or {}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

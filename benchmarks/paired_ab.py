@@ -12,10 +12,11 @@ is measured every process of the other side is stopped (SIGSTOP, SIGCONT after t
 api_server with its engine; the embedded stack's whole ``ray start`` session).
 
 A variant is the shipped embedded config with one setting changed, so each setting's cost is
-measured against the same plain vLLM in the same run: ``embedded`` (as shipped), ``ray-niceness-0``
-(the replica and engine at nice 0 instead of Ray's 15), ``glibc-mmap-default`` (without the fixed
-``MALLOC_MMAP_THRESHOLD_`` that keeps the replica's memory flat, see soak.py), ``jemalloc`` (jemalloc
-preloaded instead, no threshold) and ``vllm-lora-kernels`` (vLLM's stock CPU LoRA ops instead of
+measured against the same plain vLLM in the same run: ``embedded`` (as shipped: jemalloc preloaded
+into the engine processes), ``ray-niceness-0`` (the replica and engine at nice 0 instead of Ray's
+15), ``glibc-mmap-threshold`` (glibc's malloc with the fixed ``MALLOC_MMAP_THRESHOLD_`` that is the
+fallback without jemalloc, serving/allocator.py), ``glibc-mmap-default`` (glibc's malloc as is, whose
+memory grows in the soak) and ``vllm-lora-kernels`` (vLLM's stock CPU LoRA ops instead of
 serving/cpu_lora.py's grouped ones).
 
 Figures per variant:
@@ -24,7 +25,9 @@ Figures per variant:
   requests), the p50 of each side; ``p50_added_pct`` from the pooled latencies, the median of the
   per-block-pair ratios (gateway p50 / vLLM p50) with a bootstrap 95% interval, and the same for
   each half of the blocks (is it stable?);
-* ``c8``: throughput in alternating blocks of 64 requests at concurrency 8, median block ratio.
+* ``c8``: throughput in alternating blocks of ``--c8-per-block`` requests (after 16 warm-up
+  requests) at concurrency 8, the median block ratio, and each side's CPU seconds per request by
+  process role.
 
 The request is the gateway bench's (one-turn chat, one maze image, 8 tokens, ``ignore_eos``).
 """
@@ -60,19 +63,21 @@ from benchmarks.gateway_bench import (
     stop_vllm,
 )
 from benchmarks.stack import dev_assets
+from serving.allocator import allocator_env
 
 log = logging.getLogger("paired_ab")
 
 
-JEMALLOC = "/lib/x86_64-linux-gnu/libjemalloc.so.2"
-# name -> (environment of ``ray start``, changes to the config's engine ``env`` (None removes one),
-# changes to the config's ``lora`` section).
-VARIANTS: dict[str, tuple[dict[str, str], dict[str, str | None], dict]] = {
-    "embedded": ({}, {}, {}),
-    "ray-niceness-0": ({"RAY_worker_niceness": "0"}, {}, {}),
-    "glibc-mmap-default": ({}, {"MALLOC_MMAP_THRESHOLD_": None}, {}),
-    "jemalloc": ({}, {"MALLOC_MMAP_THRESHOLD_": None, "LD_PRELOAD": JEMALLOC}, {}),
-    "vllm-lora-kernels": ({}, {}, {"cpu_kernels": "vllm"}),
+# name -> changes to the shipped embedded config: ``ray_env`` (the environment of ``ray start``),
+# ``engine_env`` (the config's engine ``env``; None removes one), ``allocator``, ``lora`` (fields of
+# its ``lora`` section), ``base`` (fields of its base model).
+VARIANTS: dict[str, dict] = {
+    "embedded": {},
+    "ray-niceness-0": {"ray_env": {"RAY_worker_niceness": "0"}},
+    "glibc-mmap-threshold": {"allocator": "system", "engine_env": {"MALLOC_MMAP_THRESHOLD_": "65536"}},
+    "glibc-mmap-default": {"allocator": "system"},
+    "vllm-lora-kernels": {"lora": {"cpu_kernels": "vllm"}},
+    "mm-cache-4gb": {"base": {"mm_cache_gb": 4.0}},
 }
 # The roles whose CPU time a side's requests cost (cpu_account's names; the other side is paused).
 SIDE_ROLES = ("vllm_worker", "vllm_engine_core", "vllm_api_server", "serve_colocated_replica", "benchmark_client")
@@ -164,13 +169,13 @@ def paired_c1(sides: dict[str, Side], image: str, blocks: int, per_block: int) -
     return out
 
 
-def paired_c8(sides: dict[str, Side], image: str, blocks: int) -> dict:
+def paired_c8(sides: dict[str, Side], image: str, blocks: int, per_block: int) -> dict:
     cpu: dict[str, dict[str, float]] = {name: {} for name in sides}
 
     def block(side: Side) -> float:
-        asyncio.run(run_load(side.url, ["maze-tiny"], 8, 8, image))  # wake up
+        asyncio.run(run_load(side.url, ["maze-tiny"], 16, 8, image))  # wake up
         before, t = cpu_account.snapshot(), time.perf_counter()
-        rps = asyncio.run(run_load(side.url, ["maze-tiny"], 64, 8, image))["throughput_rps"]
+        rps = asyncio.run(run_load(side.url, ["maze-tiny"], per_block, 8, image))["throughput_rps"]
         used = cpu_account.diff(before, cpu_account.snapshot(), time.perf_counter() - t)["cpu_s_by_role"]
         mine = cpu[next(k for k, s in sides.items() if s is side)]
         for role in SIDE_ROLES:
@@ -179,9 +184,9 @@ def paired_c8(sides: dict[str, Side], image: str, blocks: int) -> dict:
 
     rps = alternate(sides, blocks, block)
     ratios = [g / v for g, v in zip(rps["gateway"], rps["vllm"], strict=True)]
-    per_request = {name: {role: round(1000 * s / (64 * blocks), 1) for role, s in roles.items() if s}
+    per_request = {name: {role: round(1000 * s / (per_block * blocks), 1) for role, s in roles.items() if s}
                    for name, roles in cpu.items()}
-    return {"blocks": blocks, "vllm_rps": rps["vllm"], "gateway_rps": rps["gateway"],
+    return {"blocks": blocks, "requests_per_block": per_block, "vllm_rps": rps["vllm"], "gateway_rps": rps["gateway"],
             "cpu_ms_per_request": per_request, "median_block_ratio": round(statistics.median(ratios), 3)}
 
 
@@ -195,24 +200,26 @@ def idle_cpu(seconds: float = 10.0) -> float:
 def run_variant(variant: str, assets, vllm: Side, image: str, args) -> dict:
     from serving import embedded
 
-    ray_env, engine_env, lora = VARIANTS[variant]
+    spec = VARIANTS[variant]
     vllm.pause()  # the gateway's start and its idle load are measured without the other engine
     try:
-        cfg, gw_url, ready = start_gateway(assets, f"maze-paired-{variant}", env=ray_env, engine_env=engine_env,
-                                           lora=lora)
+        cfg, gw_url, ready = start_gateway(assets, f"maze-paired-{variant}", env=spec.get("ray_env"),
+                                           engine_env=spec.get("engine_env"), lora=spec.get("lora"),
+                                           allocator=spec.get("allocator"), base=spec.get("base"))
         idle = idle_cpu()
     finally:
         vllm.resume()
     try:
         # Pauses last ~1-2 s, far below Ray's and Serve's health-check timeouts (10 s and more).
         sides = {"vllm": vllm, "gateway": Side(gw_url, session_pids(os.getsid(embedded.read_state().ray_pid)))}
-        out = {"layout": cfg.layout, "ingress": cfg.ingress, "ray_env": ray_env, "engine_env": cfg.env,
+        out = {"layout": cfg.layout, "ingress": cfg.ingress, "ray_env": spec.get("ray_env", {}),
+               "allocator": cfg.allocator, "engine_env": {**cfg.env, **allocator_env(cfg.allocator, cfg.env)},
                "lora_cpu_kernels": cfg.lora.cpu_kernels,
                "time_to_ready_s": ready,
                "idle_cpu_cores_gateway_alone": idle}
         out["c1"] = paired_c1(sides, image, args.blocks, args.per_block)
         log.info("%s c1: %s", variant, json.dumps(out["c1"]))
-        out["c8"] = paired_c8(sides, image, args.c8_blocks)
+        out["c8"] = paired_c8(sides, image, args.c8_blocks, args.c8_per_block)
         log.info("%s c8: %s", variant, json.dumps(out["c8"]))
     finally:
         embedded.down()
@@ -225,6 +232,9 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=30, help="block pairs at concurrency 1")
     ap.add_argument("--per-block", type=int, default=10, help="measured requests per block at concurrency 1")
     ap.add_argument("--c8-blocks", type=int, default=6, help="block pairs at concurrency 8")
+    # ~6 s a block: long against the hiccups of a shared 2-core machine (a 64-request block lasts ~1.5 s,
+    # and single blocks of either side then ran at half the speed of their neighbours).
+    ap.add_argument("--c8-per-block", type=int, default=256, help="measured requests per block at concurrency 8")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, from {list(VARIANTS)}")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -233,7 +243,8 @@ def main() -> int:
     image = maze_png_url()
     proc, vl_url, logf = start_vllm(assets.base_dir)
     vllm = Side(vl_url, tree_pids(proc.pid))
-    results: dict = {"blocks": args.blocks, "per_block": args.per_block, "c8_blocks": args.c8_blocks, "variants": {}}
+    results: dict = {"blocks": args.blocks, "per_block": args.per_block, "c8_blocks": args.c8_blocks,
+                     "c8_per_block": args.c8_per_block, "variants": {}}
     try:
         results["idle_cpu_cores_vllm_alone"] = idle_cpu()
         for variant in args.variants.split(","):

@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/soak.py [--concurrency 256] [--duration-s 180] [--warmup-s S]
                                         [--endpoint URL] [--out benchmarks/results/soak.json]
                                         [--mm-cache-gb GB] [--engine-kwargs JSON] [--env KEY=VALUE]
+                                        [--allocator system|jemalloc]
 
 Starts the embedded stack (unless ``--endpoint`` names a running gateway), then keeps
 ``--concurrency`` episodes in flight (each worker plays one seed after another, the runner's real
@@ -11,8 +12,8 @@ Retries are off, so every failed request shows as an errored episode and a non-2
 target is 0 errors, every response a 200, and the serving replica's resident memory flat once warm.
 Memory is sampled every 2 s per process (the Serve replica, vLLM's engine core, its worker) and
 reported as start, after warm-up, peak and end, with the growth over the last half of the run per
-minute and per 1000 responses (:func:`memory_report`). ``--mm-cache-gb``, ``--engine-kwargs`` and
-``--env`` change the stack's engine settings, to compare them.
+minute and per 1000 responses (:func:`memory_report`). ``--mm-cache-gb``, ``--engine-kwargs``,
+``--env`` and ``--allocator`` change the stack's engine settings, to compare them.
 """
 
 from __future__ import annotations
@@ -188,6 +189,7 @@ def main() -> int:
     ap.add_argument("--mm-cache-gb", type=float, help="the base model's mm_cache_gb (default: the config's)")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="engine process environment variable over the config's; KEY= removes it (repeatable)")
+    ap.add_argument("--allocator", choices=["system", "jemalloc"], help="the engines' allocator (default: the config's)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "soak.json"))
     args = ap.parse_args()
     import logging
@@ -195,6 +197,7 @@ def main() -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
 
     from serving import embedded
+    from serving.allocator import allocator_env
 
     started = args.endpoint is None
     if started:
@@ -208,11 +211,13 @@ def main() -> int:
         cfg = stack_config(assets.base_dir, name="maze-gateway-soak").model_copy(
             update={"limits": ServingConfig.shipped("embedded").limits})
         cfg = with_overrides(cfg, args.engine_kwargs, dict(kv.split("=", 1) for kv in args.env), args.mm_cache_gb)
+        if args.allocator:
+            cfg = cfg.model_copy(update={"allocator": args.allocator})
         t0 = time.monotonic()
         base_url = embedded.up(cfg, adapters=assets.shipped)
         print(f"stack ready in {time.monotonic() - t0:.0f}s at {base_url}", file=sys.stderr)
         model = args.model or f"{cfg.base_models[0].id}:{next(iter(assets.shipped))}"
-        engine_kwargs, engine_env = cfg.base_models[0].engine_kwargs, cfg.env
+        engine_kwargs, engine_env = cfg.base_models[0].engine_kwargs, {**cfg.env, **allocator_env(cfg.allocator, cfg.env)}
         mm_cache_gb = cfg.base_models[0].mm_cache_gb
     else:
         base_url, model = args.endpoint, args.model or "maze-tiny:maze-grpo"

@@ -17,16 +17,17 @@ if [[ $# -ne 1 ]]; then
 fi
 venv="$1"
 py="$(command -v python3.11 || command -v python3)"
+source scripts/pip_install.sh
+setup_uv "$venv"
 for extra in openenv verifiers inspect; do
   target="$venv-$extra"
   pins="scripts/framework-pins/$extra.txt"
   stamp="$target/.installed-$(cat pyproject.toml "$0" "$pins" | sha256sum | cut -c1-16)"
   [ -f "$stamp" ] && continue
   [ -x "$target/bin/python" ] || "$py" -m venv "$target"
-  "$target/bin/python" -m pip install -q --upgrade pip
   constraints=(-c "$pins")
   [ "${MAZE_FRAMEWORKS_FREEZE:-0}" = 1 ] && constraints=()
-  "$target/bin/python" -m pip install -q "${constraints[@]}" -e ".[$extra]"
+  pip_install "$target/bin/python" -q "${constraints[@]}" -e ".[$extra]"
   if [ "${MAZE_FRAMEWORKS_FREEZE:-0}" = 1 ]; then
     {
       echo "# Tested environment of the $extra extra (pip freeze of .venv-$extra, Python 3.11): constraints for"

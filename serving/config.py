@@ -357,6 +357,15 @@ class ServingConfig(_Model):
     image: str = Field("maze-gateway/serve:latest", description="container image (k8s)")
     accelerator_type: str | None = Field(None, description="Ray accelerator type, e.g. H100 (gpu only)")
     env: dict[str, str] = Field(default_factory=dict, description="env vars for the engine processes")
+    allocator: Literal["system", "jemalloc"] = Field(
+        "system",
+        description=(
+            "memory allocator of the engine processes. 'jemalloc': preloaded where libjemalloc is installed "
+            "(Debian: libjemalloc2), else glibc with a fixed mmap threshold; either keeps a long-running CPU "
+            "engine's memory flat, jemalloc at less CPU per request. 'system': the image's malloc as is; "
+            "see serving.allocator"
+        ),
+    )
     extensions: list[str] = Field(
         default_factory=list,
         description="import paths 'module:attr' of FastAPI APIRouters mounted on the gateway (same auth and limits)",

@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel
 
-from serving import direct_ingress
+from serving import allocator, direct_ingress
 from serving.config import REPO_ROOT, ServingConfig
 from serving.driver_output import caller_logging_kept, output_to
 from serving.errors import ServingError
@@ -402,6 +402,7 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
     progress(f"logs go to {state_dir() / 'logs'} (`maze-serve logs` lists them)")
     progress(f"starting local S3 on {cfg.adapters.endpoint_url}")
     moto_pid = start_s3(cfg, adapters)
+    progress(allocator.describe(cfg.allocator, cfg.env))
     progress("starting Ray on 127.0.0.1")
     try:
         ray_pid, address, temp_dir, metrics = _start_ray(cfg)

@@ -15,7 +15,9 @@ DATA = Path(__file__).resolve().parent / "data"
 # `stack` fixture), a multi-node cluster (tests/cluster/), a plain Ray head (tests/ray_cluster.py).
 # `make test-fast` leaves them out; `make test` runs them last, the stack's own ones at the very end,
 # so the stack starts once and is torn down right after its last test, and the tests that kill its
-# replica or restart it run when nothing else needs it any more.
+# replica or restart it run when nothing else needs it any more. Under pytest-xdist (`make test`
+# runs two workers) each of the two heavy sets is one xdist group, so one worker runs all of the
+# stack's tests in that order and the other the cluster and Ray ones, beside the light tests.
 HEAVY_MARKERS = ("needs_stack", "needs_cluster", "needs_ray")
 # The stack's disruptive tests, in this order after all others: a replica killed (Serve restarts it,
 # losing its metrics, which the dashboard test reads), then the whole stack stopped and started.
@@ -41,6 +43,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "stack" in getattr(item, "fixturenames", ()):
             item.add_marker("needs_stack")
+            item.add_marker(pytest.mark.xdist_group("stack"))
+        elif "tests/cluster/" in item.nodeid or item.get_closest_marker("needs_ray"):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+        else:  # a module's tests stay together (some share files or servers between tests)
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
         if "tests/cluster/" in item.nodeid:
             item.add_marker("needs_cluster")
     items.sort(key=rank)  # stable: file order within each rank

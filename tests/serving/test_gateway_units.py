@@ -139,9 +139,10 @@ def test_llm_configs_follow_the_config():
     assert eng["mm_processor_cache_gb"] == 4.0  # the field's default: vLLM's own
     (cpu,) = llm_config_dicts(ServingConfig.shipped("embedded"))
     assert cpu["accelerator_config"] == {"kind": "cpu"}
-    # The embedded engine's memory bounds: a processed-image cache sized for the soak, fixed mmap threshold.
+    # The embedded engine's memory bounds: a processed-image cache sized for the soak, and an allocator
+    # that returns freed blocks (jemalloc here: the test set-up installs it; tests/serving/test_allocator.py).
     assert cpu["engine_kwargs"]["mm_processor_cache_gb"] == 0.5
-    assert cpu["runtime_env"]["env_vars"]["MALLOC_MMAP_THRESHOLD_"] == "65536"
+    assert "libjemalloc.so.2" in cpu["runtime_env"]["env_vars"]["LD_PRELOAD"]
     assert cpu["runtime_env"]["env_vars"]["AWS_ENDPOINT_URL_S3"] == "http://127.0.0.1:9000"
     args = serving_args(cfg)
     assert args["ingress_cls_config"]["ingress_cls"] == "serving.ingress:GatewayIngress"
