@@ -20,9 +20,11 @@ demo: setup
 	$(VENV)/bin/maze-demo
 
 # Everything: the real services too (scripted server, S3, PostgreSQL, Ray, the embedded stack, a
-# multi-node cluster); the 25 slowest tests are listed at the end.
+# multi-node cluster); the 25 slowest tests are listed at the end. Two xdist workers: one runs the
+# embedded stack's tests, the other the cluster's and Ray's, the light tests fill in beside them
+# (tests/conftest.py); much of the heavy tests' time is waiting on processes, not CPU.
 test: setup-test
-	$(PY) -m pytest -q -ra --durations=25
+	$(PY) -m pytest -q -ra --durations=25 -n 2 --dist loadgroup
 
 # The inner loop: every test that starts no gateway stack, cluster or Ray head and takes seconds
 # (the ones marked slow, CPU training runs among them, are left to `make test`).

@@ -323,7 +323,7 @@ def _start_and_join(state: ClusterState, index: int, cfg: ServingConfig, progres
         embedded.wait_for(settled, 150, interval=1.0)
         if embedded._alive(node.pid):
             return node
-        embedded._stop_group(node.pid, grace_s=5)
+        embedded._stop_group(node.pid, grace_s=embedded.RAY_GRACE_S)
         progress(f"worker {index} did not join (attempt {attempt + 1}); starting it again")
     raise ClusterError(f"worker {index} did not join; see {log_file}")
 
@@ -393,8 +393,8 @@ def down() -> bool:
         return False
     left = []
     for w in state.workers:
-        left += embedded._stop_group(w.pid, grace_s=10)
-    left += embedded._stop_group(state.head_pid) + embedded._stop_group(state.moto_pid)
+        left += embedded._stop_group(w.pid, grace_s=embedded.RAY_GRACE_S)
+    left += embedded._stop_group(state.head_pid, grace_s=embedded.RAY_GRACE_S) + embedded._stop_group(state.moto_pid)
     _state_file().unlink(missing_ok=True)
     shutil.rmtree(state.temp_dir, ignore_errors=True)
     shutil.rmtree(state.shared_dir, ignore_errors=True)

@@ -308,6 +308,12 @@ def _reap(pids: list[int]) -> None:
             pass
 
 
+# Ray's worker processes (Serve's controller and proxy among them) do not exit on SIGTERM; the raylet
+# and GCS do within seconds. Their state lives in memory and goes with the stack, so the SIGKILL that
+# follows loses nothing; a longer grace only held `down` (and every test teardown) that long.
+RAY_GRACE_S = 5.0
+
+
 def _stop_group(sid: int, grace_s: float = 20.0, kill_wait_s: float = 10.0) -> list[int]:
     """SIGTERM every process of the session ``sid``, SIGKILL what is left after ``grace_s``, and
     wait until none is left; returns the pids still alive after ``kill_wait_s`` more (normally none).
@@ -435,7 +441,7 @@ def down(port_timeout: float = 150.0, progress: Callable[[str], None] | None = N
     state = read_state()
     if state is None:
         return False
-    left = _stop_group(state.ray_pid) + _stop_group(state.moto_pid)
+    left = _stop_group(state.ray_pid, grace_s=RAY_GRACE_S) + _stop_group(state.moto_pid)
     taken = _wait_ports_free(stack_ports(state), port_timeout, http_reuse=_http_reuse(state.config), progress=progress)
     _state_file().unlink(missing_ok=True)
     import shutil

@@ -30,6 +30,8 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: starts {what} (left out by make test-fast)")
 
 
+# First among the collection hooks: xdist reads the xdist_group markers in its own hook.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
         if item.name in DISRUPTS_STACK:
