@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,10 @@ from training.metrics import StepMetrics, parse_log_lines
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 Trainer = Literal["skyrl", "local"]
+# A head that has just started registers its job agent a few seconds later; until then Ray refuses
+# every submission with this message, which a retry outlives.
+AGENT_NOT_READY = "No available agent to submit job"
+AGENT_WAIT_S = 60.0
 # Kept out of the uploaded working_dir: environments, caches and local outputs.
 WORKING_DIR_EXCLUDES = [".venv/", ".git/", "**/__pycache__/", "runs/", ".pytest_cache/", "*.egg-info/", ".whl/", ".gl/"]
 
@@ -66,11 +71,18 @@ class JobClient:
         runtime_env: dict[str, Any] = {"working_dir": str(working_dir), "excludes": WORKING_DIR_EXCLUDES}
         if env_vars:
             runtime_env["env_vars"] = env_vars
-        try:
-            return self._client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, submission_id=submission_id,
-                                           metadata=metadata or {}, entrypoint_resources=resources or None)
-        except RuntimeError as exc:
-            raise JobError(f"submission refused: {exc}") from exc
+        deadline = time.monotonic() + AGENT_WAIT_S
+        while True:
+            try:
+                return self._client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
+                                               submission_id=submission_id, metadata=metadata or {},
+                                               entrypoint_resources=resources or None)
+            except RuntimeError as exc:
+                if AGENT_NOT_READY in str(exc) and time.monotonic() < deadline:
+                    log.info("the cluster's job agent is not up yet; retrying the submission")
+                    time.sleep(2.0)
+                    continue
+                raise JobError(f"submission refused: {exc}") from exc
 
     def info(self, submission_id: str) -> JobInfo:
         try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import training
 
 
@@ -25,3 +27,32 @@ def test_the_launcher_and_its_cli_load_neither_the_lab_nor_torch():
     code = ("import sys, training, training.cli; "
             "assert not [m for m in sys.modules if m.startswith('training.tiny') or m == 'torch'], 'loaded'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_submission_waits_for_a_new_heads_job_agent(monkeypatch):
+    """Ray refuses submissions until a fresh head's job agent has registered: the client retries that
+    refusal (and only that one) instead of failing the first submission to a new cluster."""
+    from training import jobs
+
+    calls = []
+
+    class FakeSDK:
+        def submit_job(self, **kwargs):
+            calls.append(kwargs["submission_id"])
+            if len(calls) < 3:
+                raise RuntimeError("Request failed with status code 500: No available agent to submit job, please try again later..")
+            return kwargs["submission_id"]
+
+    client = object.__new__(jobs.JobClient)
+    client.address, client._client = "http://127.0.0.1:8265", FakeSDK()
+    monkeypatch.setattr(jobs.time, "sleep", lambda s: None)
+    assert client.submit("python -c pass", submission_id="maze-local-0001") == "maze-local-0001"
+    assert calls == ["maze-local-0001"] * 3
+
+    class Refusing:
+        def submit_job(self, **kwargs):
+            raise RuntimeError("Request failed with status code 400: bad runtime_env")
+
+    client._client = Refusing()
+    with pytest.raises(jobs.JobError, match="submission refused: .*bad runtime_env"):
+        client.submit("python -c pass", submission_id="maze-local-0002")
