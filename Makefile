@@ -20,14 +20,14 @@ demo: setup
 	$(VENV)/bin/maze-demo
 
 # Everything: the real services too (scripted server, S3, PostgreSQL, Ray, the embedded stack, a
-# multi-node cluster); the 25 slowest tests are listed at the end. Two xdist workers: one runs the
-# embedded stack's tests, the other the cluster's and Ray's, the light tests fill in beside them
-# (tests/conftest.py); much of the heavy tests' time is waiting on processes, not CPU.
+# multi-node cluster); the 25 slowest tests are listed at the end. One worker: the stack and the
+# cluster side by side need ~20 GB and both cores, and their timing-bound tests then fail.
 test: setup-test
-	$(PY) -m pytest -q -ra --durations=25 -n 2 --dist loadgroup
+	$(PY) -m pytest -q -ra --durations=25
 
 # The inner loop: every test that starts no gateway stack, cluster or Ray head and takes seconds
-# (the ones marked slow, CPU training runs among them, are left to `make test`).
+# (the ones marked slow, CPU training runs among them, are left to `make test`), on two xdist
+# workers, each test module on one of them (tests/conftest.py).
 test-fast: setup-test
 	$(PY) -m pytest -q -ra --durations=10 -n 2 --dist loadgroup -m "not slow and not needs_stack and not needs_cluster and not needs_ray"
 

@@ -15,9 +15,9 @@ DATA = Path(__file__).resolve().parent / "data"
 # `stack` fixture), a multi-node cluster (tests/cluster/), a plain Ray head (tests/ray_cluster.py).
 # `make test-fast` leaves them out; `make test` runs them last, the stack's own ones at the very end,
 # so the stack starts once and is torn down right after its last test, and the tests that kill its
-# replica or restart it run when nothing else needs it any more. Under pytest-xdist (`make test`
-# runs two workers) each of the two heavy sets is one xdist group, so one worker runs all of the
-# stack's tests in that order and the other the cluster and Ray ones, beside the light tests.
+# replica or restart it run when nothing else needs it any more. Under pytest-xdist (`-n 2 --dist
+# loadgroup`, as `make test-fast` runs) each test module is one xdist group, and each of the two
+# heavy sets too, so a run on workers never starts a second stack or cluster.
 HEAVY_MARKERS = ("needs_stack", "needs_cluster", "needs_ray")
 # The stack's disruptive tests, in this order after all others: a replica killed (Serve restarts it,
 # losing its metrics, which the dashboard test reads), then the whole stack stopped and started.
