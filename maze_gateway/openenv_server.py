@@ -123,7 +123,8 @@ class MazeEnvironment(Environment[MazeAction, MazeObservation, MazeState]):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise NoEpisode("no open episode in this session (a session closes when it ends or sits idle past the limit): open a new session")
+            raise NoEpisode("no open episode in this session: a session is closed once its socket ends or it has been idle "
+                            "past --idle-timeout; open a new session")
 
 
 def _observation(frame: np.ndarray, info: dict[str, Any], text: str, *, reward: float | None,

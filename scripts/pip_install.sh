@@ -6,6 +6,7 @@
 # ARGS use only flags both accept: -q, --upgrade, -c FILE, -e PATH, requirements.
 
 UV=""
+UV_INDEX_ARGS=()  # pip's index settings as uv arguments, read once by setup_uv
 
 # setup_uv VENV: uv into VENV (the main venv; the framework venvs use the same binary).
 setup_uv() {
@@ -14,6 +15,7 @@ setup_uv() {
     "$1/bin/python" -m pip install -q --disable-pip-version-check uv >/dev/null 2>&1 || return 0
   fi
   UV="$1/bin/uv"
+  mapfile -t UV_INDEX_ARGS < <(_uv_args_from_pip "$1/bin/python")
 }
 
 # pip's index settings as uv arguments (one per line), from `pip config list` (files and PIP_* variables).
@@ -38,10 +40,8 @@ for line in sys.stdin:
 pip_install() {
   local py="$1"; shift
   if [ -n "$UV" ]; then
-    local extra=()
-    mapfile -t extra < <(_uv_args_from_pip "$py")
     # pip picks the best version over all indexes; uv's default stops at the first index that has a package.
-    if "$UV" pip install --python "$py" --index-strategy unsafe-best-match "${extra[@]}" "$@"; then
+    if "$UV" pip install --python "$py" --index-strategy unsafe-best-match "${UV_INDEX_ARGS[@]}" "$@"; then
       return 0
     fi
     echo "uv failed; installing with pip" >&2
