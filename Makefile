@@ -20,10 +20,11 @@ demo: setup
 	$(VENV)/bin/maze-demo
 
 # Everything: the real services too (scripted server, S3, PostgreSQL, Ray, the embedded stack, a
-# multi-node cluster); the 25 slowest tests are listed at the end. One worker: the stack and the
-# cluster side by side need ~20 GB and both cores, and their timing-bound tests then fail.
+# multi-node cluster); the 25 slowest tests are listed at the end. Two xdist workers: one runs the
+# tests that start a stack, a cluster or a Ray head, one after another (side by side they need ~20 GB
+# and both cores), the other every other module meanwhile (tests/conftest.py).
 test: setup-test
-	$(PY) -m pytest -q -ra --durations=25
+	$(PY) -m pytest -q -ra --durations=25 -n 2 --dist loadgroup
 
 # The inner loop: every test that starts no gateway stack, cluster or Ray head and takes seconds
 # (the ones marked slow, CPU training runs among them, are left to `make test`), on two xdist
@@ -38,7 +39,7 @@ bench: setup
 	$(PY) benchmarks/rollout_cache.py
 	$(PY) benchmarks/auth_overhead.py
 	$(PY) benchmarks/layout_ab.py --rounds 3
-	$(PY) benchmarks/paired_ab.py --variants embedded,glibc-mmap-threshold,glibc-mmap-default
+	$(PY) benchmarks/paired_ab.py
 	$(PY) benchmarks/lora_parity.py
 	$(PY) benchmarks/lora_parity.py --cpu-kernels vllm --concurrency 1 8 --rounds 1 --skip-mix
 	$(PY) benchmarks/soak.py --duration-s 600

@@ -164,13 +164,14 @@ def background_load(exclude_sids: list[int]) -> dict:
 
 def start_gateway(assets, name: str, layout: str | None = None, ingress: str | None = None,
                   env: dict[str, str] | None = None, engine_env: dict[str, str | None] | None = None,
-                  lora: dict | None = None, allocator: str | None = None, base: dict | None = None):
+                  lora: dict | None = None, allocator: str | None = None, base: dict | None = None,
+                  cpu_affinity: str | None = None):
     """The embedded stack (fresh ``MAZE_HOME``, 8 adapters per replica) in ``layout`` with ``ingress``
     (default: the embedded config's), once ready: (config, base_url, seconds to ready). ``env``
     reaches the Ray processes only (``ray start`` inherits this process's environment, which is
     restored afterwards); ``engine_env`` changes the config's ``env`` for the engine processes (None
     removes a variable); ``lora`` changes fields of the config's ``lora`` section; ``allocator``
-    replaces the config's; ``base`` changes fields of its base model. Stop it with
+    replaces the config's, and ``cpu_affinity``; ``base`` changes fields of its base model. Stop it with
     ``serving.embedded.down()``."""
     from serving import embedded
 
@@ -184,6 +185,8 @@ def start_gateway(assets, name: str, layout: str | None = None, ingress: str | N
         cfg = cfg.model_copy(update={"lora": cfg.lora.model_copy(update=lora)})
     if allocator:
         cfg = cfg.model_copy(update={"allocator": allocator})
+    if cpu_affinity:
+        cfg = cfg.model_copy(update={"cpu_affinity": cpu_affinity})
     if base:
         cfg = cfg.model_copy(update={"base_models": [cfg.base_models[0].model_copy(update=base)]})
     env = env or {}
@@ -244,13 +247,17 @@ def bench_gateway(assets, image: str, quick: bool, layout: str | None = None, in
 
 
 def start_vllm(base_dir: Path) -> tuple[subprocess.Popen, str, object]:
-    """``vllm.entrypoints.openai.api_server`` with the gateway's engine arguments, once healthy:
+    """``vllm.entrypoints.openai.api_server`` with the gateway's engine arguments (the shipped
+    embedded config's LoRA limits, so it could serve the same rank-64 adapters), once healthy:
     (process, base_url, log file)."""
+    from serving.config import ServingConfig
+
+    lora = ServingConfig.shipped("embedded").lora
     port = free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(base_dir),
            "--served-model-name", "maze-tiny", "--host", "127.0.0.1", "--port", str(port),
-           "--max-model-len", "4096", "--enable-lora", "--max-lora-rank", "32", "--max-loras", "8",
-           "--enforce-eager", "--dtype", "float32"]
+           "--max-model-len", "4096", "--enable-lora", "--max-lora-rank", str(lora.max_rank),
+           "--max-loras", str(lora.adapters_per_replica), "--enforce-eager", "--dtype", "float32"]
     logf = open(Path(tempfile.gettempdir()) / "maze-bench-vllm.log", "wb")  # noqa: SIM115 - closed in stop_vllm
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,

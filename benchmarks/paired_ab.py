@@ -13,7 +13,8 @@ api_server with its engine; the embedded stack's whole ``ray start`` session).
 
 A variant is the shipped embedded config with one setting changed, so each setting's cost is
 measured against the same plain vLLM in the same run: ``embedded`` (as shipped: jemalloc preloaded
-into the engine processes), ``ray-niceness-0`` (the replica and engine at nice 0 instead of Ray's
+into the engine processes, the engine worker alone on its core), ``cpu-affinity-none`` (every
+process of the stack on every core, serving/cpu_affinity.py), ``ray-niceness-0`` (the replica and engine at nice 0 instead of Ray's
 15), ``glibc-mmap-threshold`` (glibc's malloc with the fixed ``MALLOC_MMAP_THRESHOLD_`` that is the
 fallback without jemalloc, serving/allocator.py), ``glibc-mmap-default`` (glibc's malloc as is, whose
 memory grows in the soak) and ``vllm-lora-kernels`` (vLLM's stock CPU LoRA ops instead of
@@ -73,6 +74,7 @@ log = logging.getLogger("paired_ab")
 # its ``lora`` section), ``base`` (fields of its base model).
 VARIANTS: dict[str, dict] = {
     "embedded": {},
+    "cpu-affinity-none": {"cpu_affinity": "none"},
     "ray-niceness-0": {"ray_env": {"RAY_worker_niceness": "0"}},
     "glibc-mmap-threshold": {"allocator": "system", "engine_env": {"MALLOC_MMAP_THRESHOLD_": "65536"}},
     "glibc-mmap-default": {"allocator": "system"},
@@ -205,7 +207,8 @@ def run_variant(variant: str, assets, vllm: Side, image: str, args) -> dict:
     try:
         cfg, gw_url, ready = start_gateway(assets, f"maze-paired-{variant}", env=spec.get("ray_env"),
                                            engine_env=spec.get("engine_env"), lora=spec.get("lora"),
-                                           allocator=spec.get("allocator"), base=spec.get("base"))
+                                           allocator=spec.get("allocator"), base=spec.get("base"),
+                                           cpu_affinity=spec.get("cpu_affinity"))
         idle = idle_cpu()
     finally:
         vllm.resume()
@@ -213,7 +216,8 @@ def run_variant(variant: str, assets, vllm: Side, image: str, args) -> dict:
         # Pauses last ~1-2 s, far below Ray's and Serve's health-check timeouts (10 s and more).
         sides = {"vllm": vllm, "gateway": Side(gw_url, session_pids(os.getsid(embedded.read_state().ray_pid)))}
         out = {"layout": cfg.layout, "ingress": cfg.ingress, "ray_env": spec.get("ray_env", {}),
-               "allocator": cfg.allocator, "engine_env": {**cfg.env, **allocator_env(cfg.allocator, cfg.env)},
+               "allocator": cfg.allocator, "cpu_affinity": cfg.cpu_affinity,
+               "engine_env": {**cfg.env, **allocator_env(cfg.allocator, cfg.env)},
                "lora_cpu_kernels": cfg.lora.cpu_kernels,
                "time_to_ready_s": ready,
                "idle_cpu_cores_gateway_alone": idle}
@@ -231,7 +235,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "paired_ab.json")
     ap.add_argument("--blocks", type=int, default=30, help="block pairs at concurrency 1")
     ap.add_argument("--per-block", type=int, default=10, help="measured requests per block at concurrency 1")
-    ap.add_argument("--c8-blocks", type=int, default=6, help="block pairs at concurrency 8")
+    ap.add_argument("--c8-blocks", type=int, default=12, help="block pairs at concurrency 8")
     # ~6 s a block: long against the hiccups of a shared 2-core machine (a 64-request block lasts ~1.5 s,
     # and single blocks of either side then ran at half the speed of their neighbours).
     ap.add_argument("--c8-per-block", type=int, default=256, help="measured requests per block at concurrency 8")

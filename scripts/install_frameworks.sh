@@ -28,6 +28,7 @@ for extra in openenv verifiers inspect; do
   constraints=(-c "$pins")
   [ "${MAZE_FRAMEWORKS_FREEZE:-0}" = 1 ] && constraints=()
   pip_install "$target/bin/python" -q "${constraints[@]}" -e ".[$extra]"
+  compile_bytecode "$target/bin/python"
   if [ "${MAZE_FRAMEWORKS_FREEZE:-0}" = 1 ]; then
     {
       echo "# Tested environment of the $extra extra (pip freeze of .venv-$extra, Python 3.11): constraints for"

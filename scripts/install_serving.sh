@@ -106,6 +106,9 @@ install -m 0644 "$FIX_SRC" "$SITE/maze_torchvision_cpu_fix.py"
 echo "import maze_torchvision_cpu_fix; maze_torchvision_cpu_fix.install()" \
     > "$SITE/maze_torchvision_cpu_fix.pth"
 
+log "compiling bytecode"
+compile_bytecode "$PY"
+
 log "checking imports"
 "$PY" - <<'EOF'
 import torch, torchvision, transformers, vllm, ray, peft

@@ -49,6 +49,16 @@ pip_install() {
   "$py" -m pip install --disable-pip-version-check "$@"
 }
 
+# uv leaves no bytecode where pip compiles it at install; with PYTHONDONTWRITEBYTECODE set (as in many
+# containers) every process would then compile torch, vLLM and Ray from source at each start. Called
+# once after a venv's installs: compileall skips what is already compiled.
+compile_bytecode() {
+  [ -n "$UV" ] || return 0
+  local site
+  site="$("$1" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+  "$1" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true  # a few packages ship files that never compile
+}
+
 pip_uninstall() {
   local py="$1"; shift
   if [ -n "$UV" ]; then

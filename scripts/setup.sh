@@ -23,6 +23,7 @@ if [ ! -f "$stamp" ]; then
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
   setup_uv "$venv"
   pip_install "$venv/bin/python" -q -e '.[dev]'
+  compile_bytecode "$venv/bin/python"
   rm -f "$venv"/.installed-*
   touch "$stamp"
 fi

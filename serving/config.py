@@ -366,6 +366,15 @@ class ServingConfig(_Model):
             "see serving.allocator"
         ),
     )
+    cpu_affinity: Literal["none", "split"] = Field(
+        "none",
+        description=(
+            "where the embedded stack's processes run (CPU engines). 'split': the engine worker on its own "
+            "cores (one per physical core, all but the last), Ray, Serve, the replica and the engine core on "
+            "the rest, so nothing preempts a forward pass; 'none': every process on every core. Embedded "
+            "stack only; see serving.cpu_affinity"
+        ),
+    )
     extensions: list[str] = Field(
         default_factory=list,
         description="import paths 'module:attr' of FastAPI APIRouters mounted on the gateway (same auth and limits)",
@@ -391,6 +400,8 @@ class ServingConfig(_Model):
         if self.grouped_cpu_lora and any("worker_extension_cls" in m.engine_kwargs for m in self.base_models):
             raise ValueError("engine_kwargs may not set worker_extension_cls on a CPU device while lora.cpu_kernels "
                              "is 'grouped' (the grouped LoRA kernels use it); set lora.cpu_kernels: vllm")
+        if self.cpu_affinity == "split" and self.device != "cpu":
+            raise ValueError("cpu_affinity 'split' places a CPU engine's worker; this config's device is 'gpu'")
         return self
 
     @property

@@ -6,7 +6,8 @@ use it so the product runs on a laptop or in CI with no GPU and no cloud account
 1. ``moto_server`` on the config's S3 endpoint port, with the bucket created and every adapter
    folder under ``models/`` (one holding adapter_config.json, e.g. models/maze-grpo) pushed;
 2. a Ray head (``ray start --head --block``, its own session and ports, loopback only);
-3. the gateway app deployed detached, then waits for ``/ready``.
+3. the gateway app deployed detached, then waits for ``/ready``;
+4. with ``cpu_affinity: split``, Ray's processes moved off the engine worker's cores.
 
 Pids, ports and logs live in the state dir (``$MAZE_HOME/embedded``, default
 ``~/.local/share/maze-gateway/embedded``); ``down`` stops exactly the processes ``up`` started.
@@ -29,7 +30,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel
 
-from serving import allocator, direct_ingress
+from serving import allocator, cpu_affinity, direct_ingress
 from serving.config import REPO_ROOT, ServingConfig
 from serving.driver_output import caller_logging_kept, output_to
 from serving.errors import ServingError
@@ -45,11 +46,9 @@ HOST = "127.0.0.1"
 # node as a single laptop and bind its own listeners to loopback; token auth (~/.ray/auth_token)
 # set explicitly, so the driver and the head always agree on it.
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
-# Serve's per-request overhead on a small CPU node (overridable from the environment): run user
-# code and the handle router on the replica's own event loop instead of hopping threads. Ray's workers
-# (the replica and its engine) keep Ray's nice 15: on a small machine the clients that feed the
-# engine (an evaluation's episodes) then get the CPU first, which serves more requests per second
-# than an engine competing with them at nice 0 (benchmarks/paired_ab.py, variant ray-niceness-0).
+# Serve's per-request overhead on a small CPU node (overridable from the environment): user code and
+# the handle router on the replica's own event loop, no thread hops. The replica and its engine keep
+# Ray's nice 15: the clients that feed the engine get the CPU first (paired_ab, ray-niceness-0).
 RAY_SERVE_TUNING_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0"}
 
 
@@ -96,10 +95,9 @@ def shipped_adapters(models_dir: Path = MODELS_DIR) -> dict[str, Path]:
 
 
 def _port_free(port: int, reuse: bool = True) -> bool:
-    """Whether ``port`` can be bound the way its server binds it: with ``reuse`` (SO_REUSEADDR, as
-    moto, Ray's GCS and Serve's proxy set it) or without (Serve's direct-ingress replica). Without
-    it, connections a stopped server closed keep the port for up to a minute (TIME_WAIT); a
-    server that bound without SO_REUSEADDR leaves connections that block either way."""
+    """Whether ``port`` can be bound as its server binds it: with ``reuse`` (SO_REUSEADDR: moto, Ray's
+    GCS, Serve's proxy) or without (the direct-ingress replica), which connections a stopped server
+    closed block for up to a minute (TIME_WAIT), as they block either way after a server without it."""
     with socket.socket() as s:
         if reuse:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -409,6 +407,7 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
     progress(f"starting local S3 on {cfg.adapters.endpoint_url}")
     moto_pid = start_s3(cfg, adapters)
     progress(allocator.describe(cfg.allocator, cfg.env))
+    cfg, split = cpu_affinity.plan(cfg)
     progress("starting Ray on 127.0.0.1")
     try:
         ray_pid, address, temp_dir, metrics = _start_ray(cfg)
@@ -425,6 +424,8 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
     except BaseException:
         down()
         raise
+    if split:  # once the engine has started: its start-up (imports, loading) had every core
+        progress(split.describe(moved=cpu_affinity.pin_session(_session_pids(ray_pid), split)))
     progress(f"ready in {time.monotonic() - t0:.0f}s at {base_url}")
     return base_url
 

@@ -13,11 +13,12 @@ from agent.demo import scripted_server
 DATA = Path(__file__).resolve().parent / "data"
 # Tests that start real services beyond a scripted server: the embedded stack (any test using the
 # `stack` fixture), a multi-node cluster (tests/cluster/), a plain Ray head (tests/ray_cluster.py).
-# `make test-fast` leaves them out; `make test` runs them last, the stack's own ones at the very end,
-# so the stack starts once and is torn down right after its last test, and the tests that kill its
-# replica or restart it run when nothing else needs it any more. Under pytest-xdist (`-n 2 --dist
-# loadgroup`, as `make test-fast` runs) each test module is one xdist group, and each of the two
-# heavy sets too, so a run on workers never starts a second stack or cluster.
+# `make test-fast` leaves them out. In one process they run last, the stack's own ones at the very
+# end, so the stack starts once and is torn down right after its last test, and the tests that kill
+# its replica or restart it run when nothing else needs it any more. Under pytest-xdist (`-n 2 --dist
+# loadgroup`, as both make targets run) each test module is one xdist group and all the heavy tests
+# together one more, in that same order on one worker: a stack and a cluster never run side by side
+# (together they need ~20 GB and both cores), while the other worker takes the rest.
 HEAVY_MARKERS = ("needs_stack", "needs_cluster", "needs_ray")
 # The stack's disruptive tests, in this order after all others: a replica killed (Serve restarts it,
 # losing its metrics, which the dashboard test reads), then the whole stack stopped and started.
@@ -45,9 +46,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "stack" in getattr(item, "fixturenames", ()):
             item.add_marker("needs_stack")
-            item.add_marker(pytest.mark.xdist_group("stack"))
+            item.add_marker(pytest.mark.xdist_group("heavy"))
         elif "tests/cluster/" in item.nodeid or item.get_closest_marker("needs_ray"):
-            item.add_marker(pytest.mark.xdist_group("cluster"))
+            item.add_marker(pytest.mark.xdist_group("heavy"))
         else:  # a module's tests stay together (some share files or servers between tests)
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
         if "tests/cluster/" in item.nodeid:
