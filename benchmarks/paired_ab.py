@@ -14,11 +14,15 @@ api_server with its engine; the embedded stack's whole ``ray start`` session).
 A variant is the shipped embedded config with one setting changed, so each setting's cost is
 measured against the same plain vLLM in the same run: ``embedded`` (as shipped: jemalloc preloaded
 into the engine processes, the engine worker alone on its core), ``cpu-affinity-none`` (every
-process of the stack on every core, serving/cpu_affinity.py), ``ray-niceness-0`` (the replica and engine at nice 0 instead of Ray's
-15), ``glibc-mmap-threshold`` (glibc's malloc with the fixed ``MALLOC_MMAP_THRESHOLD_`` that is the
-fallback without jemalloc, serving/allocator.py), ``glibc-mmap-default`` (glibc's malloc as is, whose
-memory grows in the soak) and ``vllm-lora-kernels`` (vLLM's stock CPU LoRA ops instead of
-serving/cpu_lora.py's grouped ones).
+process of the stack on every core, serving/cpu_affinity.py), ``ray-niceness-0`` (the replica and
+engine at nice 0 instead of Ray's 15), ``glibc-mmap-threshold`` (glibc's malloc with the fixed
+``MALLOC_MMAP_THRESHOLD_`` that is the fallback without jemalloc, serving/allocator.py),
+``glibc-mmap-default`` (glibc's malloc as is, whose memory grows in the soak),
+``vllm-lora-kernels`` (vLLM's stock CPU LoRA ops instead of serving/cpu_lora.py's grouped ones) and
+``mm-cache-4gb`` (vLLM's default processed-image cache size instead of the config's 0.5 GiB).
+
+The vLLM side gets the gateway's engine arguments, its LoRA limits included (the shipped adapter
+is rank 64), and vLLM's defaults for everything else.
 
 Figures per variant:
 

@@ -224,6 +224,8 @@ def main() -> int:
         engine_kwargs, engine_env, mm_cache_gb = None, None, None
     # Memory is sampled only on the stack this script started; an --endpoint's host is not this machine's to read.
     state = embedded.read_state() if started else None
+    if state:  # what `up` started the engines with (cpu_affinity adds the worker's binding)
+        engine_env = {**state.config["env"], **allocator_env(cfg.allocator, state.config["env"])}
     sample = (lambda: replica_usage(state.ray_pid)) if state else dict
     try:
         result = asyncio.run(soak(base_url, model, args.concurrency, args.duration_s, sample, args.max_turns,
@@ -232,7 +234,8 @@ def main() -> int:
         if started:
             embedded.down()
     out = {"benchmark": "soak", "model": model, "concurrency": args.concurrency, "duration_s": args.duration_s,
-           "max_turns": args.max_turns, "history": args.history, "mm_cache_gb": mm_cache_gb, "engine_kwargs": engine_kwargs, "env": engine_env, "loadavg_1m_end": round(os.getloadavg()[0], 2),
+           "max_turns": args.max_turns, "history": args.history, "mm_cache_gb": mm_cache_gb, "engine_kwargs": engine_kwargs, "env": engine_env,
+           "cpu_affinity": state.config["cpu_affinity"] if state else None, "loadavg_1m_end": round(os.getloadavg()[0], 2),
            "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, **result}
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "replica"} | {
