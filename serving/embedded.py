@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -430,10 +431,10 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
     return base_url
 
 
-def down(port_timeout: float = 150.0, progress: Callable[[str], None] | None = None) -> bool:
+def down(port_timeout: float = 150.0, progress: Callable[[str], None] | None = None, wait_ports: bool = True) -> bool:
     """Stop what ``up`` started (Ray's session, then S3) and return once every process of both
-    sessions has exited and the stack's ports can be bound again, so ``up`` can follow at once.
-    False when nothing was running.
+    sessions has exited and (``wait_ports``) the stack's ports can be bound again, so ``up`` can
+    follow at once. False when nothing was running.
 
     Raises:
         EmbeddedError: a process that survived SIGKILL, or a port still taken after ``port_timeout``
@@ -443,10 +444,9 @@ def down(port_timeout: float = 150.0, progress: Callable[[str], None] | None = N
     if state is None:
         return False
     left = _stop_group(state.ray_pid, grace_s=RAY_GRACE_S) + _stop_group(state.moto_pid)
-    taken = _wait_ports_free(stack_ports(state), port_timeout, http_reuse=_http_reuse(state.config), progress=progress)
+    ports = stack_ports(state) if wait_ports else {}
+    taken = _wait_ports_free(ports, port_timeout, http_reuse=_http_reuse(state.config), progress=progress)
     _state_file().unlink(missing_ok=True)
-    import shutil
-
     shutil.rmtree(state.ray_temp_dir, ignore_errors=True)
     if left or taken:
         what = ([f"pids {left} still alive"] if left else []) + [f"{role} port {port} still taken"

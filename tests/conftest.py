@@ -16,9 +16,9 @@ DATA = Path(__file__).resolve().parent / "data"
 # `make test-fast` leaves them out. In one process they run last, the stack's own ones at the very
 # end, so the stack starts once and is torn down right after its last test, and the tests that kill
 # its replica or restart it run when nothing else needs it any more. Under pytest-xdist (`-n 2 --dist
-# loadgroup`, as both make targets run) each test module is one xdist group and all the heavy tests
-# together one more, in that same order on one worker: a stack and a cluster never run side by side
-# (together they need ~20 GB and both cores), while the other worker takes the rest.
+# loadgroup`, as both make targets run) each test module is one xdist group, the tests that start the
+# stack or a cluster one more, in that same order on one worker (side by side they need ~20 GB and
+# both cores), and those that start only a Ray head another, while the other worker takes the rest.
 HEAVY_MARKERS = ("needs_stack", "needs_cluster", "needs_ray")
 # The stack's disruptive tests, in this order after all others: a replica killed (Serve restarts it,
 # losing its metrics, which the dashboard test reads), then the whole stack stopped and started.
@@ -44,15 +44,13 @@ def pytest_collection_modifyitems(config, items):
         return 0
 
     for item in items:
-        if "stack" in getattr(item, "fixturenames", ()):
-            item.add_marker("needs_stack")
+        if "stack" in getattr(item, "fixturenames", ()) or "tests/cluster/" in item.nodeid:
+            item.add_marker("needs_stack" if "stack" in item.fixturenames else "needs_cluster")
             item.add_marker(pytest.mark.xdist_group("heavy"))
-        elif "tests/cluster/" in item.nodeid or item.get_closest_marker("needs_ray"):
-            item.add_marker(pytest.mark.xdist_group("heavy"))
+        elif item.get_closest_marker("needs_ray"):  # one Ray head, ~1 GB: beside the heavy ones is fine
+            item.add_marker(pytest.mark.xdist_group("ray"))
         else:  # a module's tests stay together (some share files or servers between tests)
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-        if "tests/cluster/" in item.nodeid:
-            item.add_marker("needs_cluster")
     items.sort(key=rank)  # stable: file order within each rank
 
 
