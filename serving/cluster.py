@@ -43,6 +43,7 @@ from serving import embedded
 from serving.config import ServingConfig
 from serving.driver_output import caller_logging_kept, output_to
 from serving.errors import ServingError
+from serving.ports import ray_node_port_args
 from serving.s3 import s3_env
 
 log = logging.getLogger(__name__)
@@ -121,14 +122,6 @@ def worker_resources(index: int) -> dict[str, float]:
     return {f"maze_worker_{index}": 1.0, REPLICA_RESOURCE: 1.0}
 
 
-def _agent_ports() -> list[str]:
-    # Own ports for every node's agents: nodes on one machine must not share them.
-    free = embedded._free_port
-    return [f"--node-manager-port={free()}", f"--object-manager-port={free()}",
-            f"--dashboard-agent-listen-port={free()}", f"--dashboard-agent-grpc-port={free()}",
-            f"--runtime-env-agent-port={free()}"]
-
-
 def _ray_env(cfg: ServingConfig, shared: Path) -> dict[str, str]:
     return {**embedded.RAY_SERVE_TUNING_ENV, **os.environ, **NODE_ENV, **s3_env(cfg),
             "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0", "MAZE_SHARED": str(shared),
@@ -153,7 +146,7 @@ def _start_head(cfg: ServingConfig, shared: Path, head_cpus: int) -> tuple[int, 
            f"--num-cpus={head_cpus}", f"--resources={json.dumps({HEAD_RESOURCE: 1})}",
            "--include-dashboard=true", f"--dashboard-host={HEAD_HOST}", f"--dashboard-port={dash}",
            "--disable-usage-stats", f"--temp-dir={temp_dir}", f"--metrics-export-port={metrics}",
-           "--object-store-memory=100000000", *_agent_ports()]
+           "--object-store-memory=100000000", *ray_node_port_args()]
     pid = _spawn(cmd, _ray_env(cfg, shared), "head.log")
     return pid, f"{HEAD_HOST}:{gcs}", f"http://{HEAD_HOST}:{dash}", temp_dir, metrics
 
@@ -167,7 +160,7 @@ def start_worker(state: ClusterState, index: int, cfg: ServingConfig | None = No
     host = node_host(index)
     cmd = [ray_exe, "start", f"--address={state.ray_address}", "--block", f"--node-ip-address={host}",
            f"--num-cpus={WORKER_CPUS}", f"--resources={json.dumps(resources)}", "--disable-usage-stats",
-           f"--metrics-export-port={metrics}", "--object-store-memory=100000000", *_agent_ports()]
+           f"--metrics-export-port={metrics}", "--object-store-memory=100000000", *ray_node_port_args()]
     env = _ray_env(cfg, Path(state.shared_dir))
     # Each node would be its own machine: give each worker's engine its own core, where vLLM's CPU
     # backend would otherwise bind every node's engine to the same first core.

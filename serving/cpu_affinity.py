@@ -10,21 +10,23 @@ engine's two busy-waiting processes (worker and engine core) then wait on each o
 remaining ones; on 2 cores that took the gateway from about 0.75-0.9x plain vLLM's requests a second
 at concurrency 8 to parity and above (docs/benchmarks.md, paired_ab).
 
-Processes Ray starts later (a replica Serve restarts, its engine) inherit the placement from the
-raylet that forks them; the worker's own binding comes from ``VLLM_CPU_OMP_THREADS_BIND``, set
+Processes Ray starts later (a replica Serve restarts) inherit the placement from the raylet that
+forks them; such a replica starts its engine on every core and moves back once it is up
+(:func:`engine_start`), and the worker's own binding comes from ``VLLM_CPU_OMP_THREADS_BIND``, set
 explicitly so that a worker started from a moved process still finds its cores.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from serving.config import ServingConfig
 
-__all__ = ["BIND_ENV", "CoreSplit", "pin_session", "plan", "split_cores"]
+__all__ = ["BIND_ENV", "CoreSplit", "bound_cores", "engine_start", "pin_session", "plan", "split_cores"]
 
 BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 CPU_SYS = Path("/sys/devices/system/cpu")
@@ -95,10 +97,45 @@ def plan(cfg: ServingConfig) -> tuple[ServingConfig, CoreSplit | None]:
     """``cfg`` with the worker's binding in its engine ``env`` (unless the config binds it itself) and
     the split to apply once the engine is up; ``cfg`` and None unless its ``cpu_affinity`` is 'split'
     and this machine has cores to split."""
-    split = split_cores() if cfg.cpu_affinity == "split" else None
-    if split is None or BIND_ENV in cfg.env:
-        return cfg, split
+    if cfg.cpu_affinity != "split":
+        return cfg, None
+    if BIND_ENV in cfg.env:  # the config binds the worker itself: the rest is everything else
+        worker, allowed = bound_cores(cfg.env[BIND_ENV]), os.sched_getaffinity(0)
+        rest = tuple(sorted(allowed - worker))
+        return cfg, CoreSplit(tuple(sorted(worker)), rest) if worker and rest else None
+    split = split_cores()
+    if split is None:
+        return cfg, None
     return cfg.model_copy(update={"env": {**cfg.env, **split.bind_env()}}), split
+
+
+def bound_cores(bind: str) -> set[int]:
+    """The cores a ``VLLM_CPU_OMP_THREADS_BIND`` value binds one worker to (none for 'auto', 'nobind'
+    or several ranks' lists)."""
+    try:
+        return _parse_list(bind) if bind and "|" not in bind else set()
+    except ValueError:
+        return set()
+
+
+@contextmanager
+def engine_start() -> Iterator[None]:
+    """Around an engine's start in a replica. A replica Ray starts after ``up`` moved the session
+    (Serve replacing a failed one) inherits the rest's cores only, and its engine's processes would
+    import and load on those alone: for the start it gets the worker's cores too, then it and the
+    engine core go back (the worker binds itself). A no-op where nothing was moved."""
+    worker, mine = bound_cores(os.environ.get(BIND_ENV, "")), os.sched_getaffinity(0)
+    if not worker or worker & mine:
+        yield
+        return
+    _set_threads(os.getpid(), mine | worker)
+    try:
+        yield
+    finally:
+        import psutil
+
+        pids = [os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))]
+        pin_session(pids, CoreSplit(tuple(sorted(worker)), tuple(sorted(mine))))
 
 
 def _is_worker(pid: int) -> bool:
@@ -113,16 +150,20 @@ def pin_session(pids: Iterable[int], split: CoreSplit) -> int:
     processes moved (ones that exit meanwhile are skipped)."""
     moved = 0
     for pid in pids:
-        if _is_worker(pid):
-            continue
-        try:
-            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                os.sched_setaffinity(tid, split.rest)
-            except OSError:  # the thread ended
-                continue
-        moved += 1
+        if not _is_worker(pid) and _set_threads(pid, set(split.rest)):
+            moved += 1
     return moved
+
+
+def _set_threads(pid: int, cpus: set[int]) -> bool:
+    """Every thread of ``pid`` on ``cpus``; False when the process is gone."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:  # the thread ended
+            continue
+    return True

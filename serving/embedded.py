@@ -36,6 +36,7 @@ from serving.config import REPO_ROOT, ServingConfig
 from serving.driver_output import caller_logging_kept, output_to
 from serving.errors import ServingError
 from serving.ports import free_port as _free_port  # also serving.cluster's (embedded._free_port)
+from serving.ports import ray_node_port_args
 from serving.s3 import export_s3_env, is_local, s3_env
 
 log = logging.getLogger(__name__)
@@ -219,10 +220,7 @@ def _start_ray(cfg: ServingConfig) -> tuple[int, str, str, int]:
     cmd = [str(ray_exe), "start", "--head", "--block", f"--node-ip-address={HOST}", f"--port={gcs}",
            f"--num-cpus={os.cpu_count() or 2}", "--include-dashboard=false", "--disable-usage-stats",
            f"--temp-dir={temp_dir}", f"--metrics-export-port={metrics}", "--object-store-memory=200000000",
-           # Own ports for every agent, so a second Ray on this machine (training, tests) never clashes.
-           f"--node-manager-port={_free_port()}", f"--object-manager-port={_free_port()}",
-           f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
-           f"--runtime-env-agent-port={_free_port()}"]
+           *ray_node_port_args()]  # a second Ray on this machine (training, tests) never clashes
     # The ingress settings come from the config alone (after os.environ): they decide which process
     # owns the config's port.
     env = {**RAY_SERVE_TUNING_ENV, **os.environ, **RAY_ENV, **s3_env(cfg),

@@ -39,6 +39,7 @@ from ray.llm._internal.serve.core.server.llm_server import LLMServer
 from ray.llm._internal.serve.utils.lora_serve_utils import LoraMirrorConfig, LoraModelLoader
 from ray.serve.multiplex import _ModelMultiplexWrapper
 
+from serving import cpu_affinity
 from serving.adapters import CONFIG, WEIGHTS
 from serving.errors import AdapterLoadFailed
 from serving.metrics import metric
@@ -148,7 +149,8 @@ class GatewayLLMServer(LLMServer):
                 log.debug("no replica context: Ray's adapter LRU kept", exc_info=True)
 
     async def start(self):
-        await super().start()
+        with cpu_affinity.engine_start():  # a replica Serve restarted after `up` moved the session
+            await super().start()
         if self._lru is not None and self._llm_config.lora_config is not None:
             from serving.placement_agent import run_placement
 

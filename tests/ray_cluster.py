@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from serving.ports import free_port
+from serving.ports import free_port, ray_node_port_args
 
 
 @contextmanager
@@ -32,7 +32,9 @@ def local_ray_cluster(num_cpus: int = 2, auth_token: str | None = None):
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=auth_token)
     cmd = [ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={free_port()}",
            "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--num-cpus={num_cpus}",
-           f"--temp-dir={tmp}", "--disable-usage-stats", "--include-dashboard=true", "--block"]
+           f"--temp-dir={tmp}", "--disable-usage-stats", "--include-dashboard=true", "--block",
+           # Its own agent ports: a gateway's or another test's Ray may be up on this machine too.
+           *ray_node_port_args()]
     # --block keeps the head in a process we own: stopping its process group stops this cluster
     # only (`ray stop` would also stop any other Ray on the machine, e.g. the gateway's).
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

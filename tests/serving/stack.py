@@ -11,6 +11,7 @@ import io
 import httpx
 import numpy as np
 import openai
+import pytest
 from PIL import Image
 
 from serving.adapters import AdapterStore
@@ -110,3 +111,27 @@ class Stack:
         resp = self.client.chat.completions.create(model=model, messages=image_messages(), max_tokens=4,
                                                    temperature=0, logprobs=True, top_logprobs=5)
         return [(t.token, round(t.logprob, 4)) for t in resp.choices[0].logprobs.content[0].top_logprobs]
+
+
+def assert_cores_split() -> None:
+    """The embedded stack's processes placed as ``cpu_affinity: split`` places them: vLLM's workers on
+    the worker cores, every thread of every other process of the Ray session on the rest (skipped
+    on one core, where nothing is split)."""
+    import os
+
+    from serving import cpu_affinity, embedded
+
+    split = cpu_affinity.split_cores()
+    if split is None:
+        pytest.skip("one core: nothing to split")
+    pids = embedded._session_pids(embedded.read_state().ray_pid)
+    workers = [p for p in pids if cpu_affinity._is_worker(p)]
+    others = {}
+    for pid in set(pids) - set(workers):
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                others[(pid, int(tid))] = os.sched_getaffinity(int(tid))
+        except OSError:
+            continue  # a process or thread that ended meanwhile
+    assert workers and all(os.sched_getaffinity(w) == set(split.worker) for w in workers), workers
+    assert len(others) > 20 and all(cpus == set(split.rest) for cpus in others.values()), others

@@ -50,11 +50,15 @@ def test_nothing_to_split_on_one_core(monkeypatch, tmp_path):
 
 def test_plan_binds_the_worker_unless_the_config_does(monkeypatch):
     monkeypatch.setattr(cpu_affinity, "split_cores", lambda: cpu_affinity.CoreSplit((0, 1, 2), (3,)))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     cfg = ServingConfig.shipped("embedded")
     planned, split = cpu_affinity.plan(cfg)
     assert planned.env["VLLM_CPU_OMP_THREADS_BIND"] == "0,1,2" and split.rest == (3,)
+    # The config's own binding is kept, and the rest is every other core.
     own = cfg.model_copy(update={"env": {**cfg.env, "VLLM_CPU_OMP_THREADS_BIND": "1"}})
-    assert cpu_affinity.plan(own)[0].env["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    assert cpu_affinity.plan(own) == (own, cpu_affinity.CoreSplit((1,), (0, 2, 3)))
+    auto = cfg.model_copy(update={"env": {**cfg.env, "VLLM_CPU_OMP_THREADS_BIND": "auto"}})
+    assert cpu_affinity.plan(auto) == (auto, None)  # vLLM picks: nothing to move around it
     off = cfg.model_copy(update={"cpu_affinity": "none"})
     assert cpu_affinity.plan(off) == (off, None)
 
@@ -83,3 +87,29 @@ def test_pin_moves_every_thread_and_skips_workers():
         for p in (proc, worker):
             p.kill()
             p.wait()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_moved_replica_starts_its_engine_on_every_core_then_moves_back(monkeypatch):
+    """As in a replica Serve started after `up` moved the session: this thread on the rest's cores,
+    the worker bound elsewhere. The engine's processes start with every core; afterwards this
+    process and its children are back on the rest."""
+    cpus = sorted(os.sched_getaffinity(0))
+    worker, rest = {cpus[0]}, set(cpus[1:])
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", str(cpus[0]))
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, rest)
+    try:
+        with cpu_affinity.engine_start():
+            assert os.sched_getaffinity(0) == worker | rest
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        assert os.sched_getaffinity(0) == rest and os.sched_getaffinity(child.pid) == rest
+        child.kill()
+        child.wait()
+        # Not moved (the first start, which `up` moves once ready): left alone.
+        cpu_affinity._set_threads(os.getpid(), mine)
+        with cpu_affinity.engine_start():
+            pass
+        assert os.sched_getaffinity(0) == mine
+    finally:
+        cpu_affinity._set_threads(os.getpid(), mine)  # every thread of this process, as before

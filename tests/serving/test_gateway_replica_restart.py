@@ -24,7 +24,7 @@ import pytest
 
 from evaluation import EvalConfig, Store, evaluate
 
-from .stack import KEY
+from .stack import KEY, assert_cores_split
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 24  # seeds 0..23
@@ -82,3 +82,5 @@ def test_eval_rides_through_a_replica_restart(stack, tmp_path):
     assert not differ, f"seeds whose outcome differs from the single-node gateway's: {differ}"
     assert rr.outages >= 1 and rr.waited_s > 5 and rr.errored == 0  # a real wait, reported
     assert replica_pid(stack.cfg) not in (None, pid) and ready(stack.root)
+    # The new replica started its engine on every core and moved back (serving.cpu_affinity.engine_start).
+    assert_cores_split()

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import httpx
@@ -13,7 +12,7 @@ import openai
 import pytest
 
 from serving import embedded
-from tests.serving.stack import KEY, image_messages, png_url  # the `stack` fixture lives in conftest.py
+from tests.serving.stack import KEY, assert_cores_split, image_messages, png_url  # the `stack` fixture lives in conftest.py
 
 pytestmark = pytest.mark.slow
 def test_models_lists_bases_with_profile_and_shipped_adapters(stack):
@@ -254,21 +253,5 @@ def test_concurrent_first_requests_for_one_adapter(stack):
 def test_engine_worker_has_its_cores_to_itself(stack):
     """cpu_affinity 'split' (the embedded config's): vLLM's worker on the worker cores, every thread of
     every other process of the stack's Ray session (daemons, Serve, replica, engine core) on the rest."""
-    from serving import cpu_affinity
-
-    split = cpu_affinity.split_cores()
-    if split is None:
-        pytest.skip("one core: nothing to split")
     assert stack.cfg.cpu_affinity == "split"
-    sid = embedded.read_state().ray_pid
-    pids = embedded._session_pids(sid)
-    workers = [p for p in pids if cpu_affinity._is_worker(p)]
-    assert len(workers) == 1 and os.sched_getaffinity(workers[0]) == set(split.worker)
-    others = {}
-    for pid in set(pids) - set(workers):
-        try:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                others[(pid, int(tid))] = os.sched_getaffinity(int(tid))
-        except OSError:
-            continue  # a process or thread that ended meanwhile
-    assert len(others) > 20 and all(cpus == set(split.rest) for cpus in others.values()), others
+    assert_cores_split()
