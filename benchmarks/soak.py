@@ -217,15 +217,14 @@ def main() -> int:
         base_url = embedded.up(cfg, adapters=assets.shipped)
         print(f"stack ready in {time.monotonic() - t0:.0f}s at {base_url}", file=sys.stderr)
         model = args.model or f"{cfg.base_models[0].id}:{next(iter(assets.shipped))}"
-        engine_kwargs, engine_env = cfg.base_models[0].engine_kwargs, {**cfg.env, **allocator_env(cfg.allocator, cfg.env)}
-        mm_cache_gb = cfg.base_models[0].mm_cache_gb
+        engine_kwargs, mm_cache_gb = cfg.base_models[0].engine_kwargs, cfg.base_models[0].mm_cache_gb
     else:
         base_url, model = args.endpoint, args.model or "maze-tiny:maze-grpo"
-        engine_kwargs, engine_env, mm_cache_gb = None, None, None
+        engine_kwargs, mm_cache_gb = None, None
     # Memory is sampled only on the stack this script started; an --endpoint's host is not this machine's to read.
     state = embedded.read_state() if started else None
-    if state:  # what `up` started the engines with (cpu_affinity adds the worker's binding)
-        engine_env = {**state.config["env"], **allocator_env(cfg.allocator, state.config["env"])}
+    # What `up` started the engines with (cpu_affinity adds the worker's binding to the config's env).
+    engine_env = {**state.config["env"], **allocator_env(cfg.allocator, state.config["env"])} if state else None
     sample = (lambda: replica_usage(state.ray_pid)) if state else dict
     try:
         result = asyncio.run(soak(base_url, model, args.concurrency, args.duration_s, sample, args.max_turns,

@@ -7,8 +7,8 @@ every core, the worker's included, and Ray starts the replica (and so the engine
 any of those processes that wakes on the worker's core takes it from a forward pass, and the
 engine's two busy-waiting processes (worker and engine core) then wait on each other longer. With
 'split' the worker keeps its cores and every other process of the stack's Ray session moves to the
-remaining ones; on 2 cores that took the gateway from about 0.75-0.9x plain vLLM's requests a second
-at concurrency 8 to parity and above (docs/benchmarks.md, paired_ab).
+remaining ones. On 2 cores the gateway then serves more requests a second at concurrency 8 than
+plain vLLM, and fewer without it (docs/benchmarks.md, paired_ab).
 
 Processes Ray starts later (a replica Serve restarts) inherit the placement from the raylet that
 forks them; such a replica starts its engine on every core and moves back once it is up
