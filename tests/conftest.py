@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import httpx
@@ -26,6 +27,13 @@ DISRUPTS_STACK = ("test_eval_rides_through_a_replica_restart", "test_down_return
 
 
 def pytest_configure(config):
+    # Under xdist the other worker's stack or cluster keeps a core busy (vLLM's CPU worker spins on
+    # it). A torch op split over one thread per core then waits on the thread stuck behind it: a CPU
+    # training module took 20 s alone, 48 s beside one spinning core and 122 s beside the stack on
+    # two threads, 27 s beside the spinning core on one. Set before torch loads; subprocesses inherit
+    # it (vLLM's CPU worker binds its own threads whatever it says).
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     for name, what in (("needs_stack", "the embedded gateway stack"), ("needs_cluster", "a multi-node Ray cluster"),
                        ("needs_ray", "a local Ray head")):
         config.addinivalue_line("markers", f"{name}: starts {what} (left out by make test-fast)")

@@ -1,10 +1,9 @@
-"""Evaluation and training against the real embedded gateway (Ray Serve LLM on vLLM CPU).
+"""Evaluation against the real embedded gateway (Ray Serve LLM on vLLM CPU).
 
-* maze-eval through the gateway reproduces the shipped models' scores measured with HF
-  transformers (models/scores_hf.json): greedy outcomes agree on at least 30 of the first 32 mazes
-  (the full 64-maze run is ``make eval``; models/scores_gateway.json holds its outcomes).
-* A checkpoint exported by the local GRPO trainer, published with ``maze-train publish``, is
-  served by the running gateway at once and ``maze-eval --adapter`` on it works.
+maze-eval through the gateway reproduces the shipped models' scores measured with HF transformers
+(models/scores_hf.json): greedy outcomes agree on at least 30 of the first 32 mazes (the full 64-maze
+run is ``make eval``; models/scores_gateway.json holds its outcomes). A trainer's export published by
+hand and served at once is in test_gateway_watch.py, on the watched job's export.
 """
 
 from __future__ import annotations
@@ -14,12 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
-from click.testing import CliRunner
 
 from evaluation import EvalConfig, Store, compare, evaluate, leaderboard
-from evaluation.cli import main as eval_cli
-from training.cli import main as train_cli
 
 from .test_gateway_stack import KEY
 
@@ -67,23 +62,3 @@ def test_leaderboard_and_compare_after_both_runs(shipped, tmp_path_factory):
     print(f"\ncompare: both {c.both}, only grpo {c.only_a}, only base {c.only_b}, p = {c.p_value:.4f}")
     assert c.only_a > c.only_b and c.p_value < 0.05
 
-
-def test_published_training_export_is_served(shipped, tmp_path):
-    from training.tiny.grpo_local import GRPOConfig, train
-
-    export = tmp_path / "export"
-    train(GRPOConfig(model_path=str(ROOT / "models" / "maze-tiny"), ckpt_path=str(tmp_path / "ckpt"),
-                     export_path=str(export), train_batch_size=2, policy_mini_batch_size=2, n_samples_per_prompt=2,
-                     max_steps=2, max_turns=3, eval_seeds=2, eval_interval=1, ckpt_interval=1, hf_save_interval=1,
-                     lora_rank=8, lora_alpha=8, device="cpu"))
-    cfg_file = tmp_path / "serving.yaml"
-    cfg_file.write_text(yaml.safe_dump(shipped.cfg.model_dump(mode="json")))
-    pub = CliRunner().invoke(train_cli, ["publish", "--export", str(export), "--step", "2", "--name", "fresh-step2",
-                                         "--serving-config", str(cfg_file)])
-    assert pub.exit_code == 0, pub.output
-    assert "published maze-tiny:fresh-step2" in pub.stdout
-    r = CliRunner().invoke(eval_cli, ["--endpoint", shipped.base_url, "--api-key", KEY, "--adapter", "fresh-step2",
-                                      "--seeds", "0-3", "--db", str(tmp_path / "e.sqlite"), "--json"])
-    assert r.exit_code == 0, r.output
-    out = json.loads(r.stdout)
-    assert out["status"] == "complete" and out["summary"]["n"] == 4 and out["manifest"]["adapter"] == "fresh-step2"

@@ -2,10 +2,11 @@
 
 ``inspect eval maze_gateway/maze`` (the openai-api provider, MAZE_BASE_URL / MAZE_API_KEY) and
 ``vf-eval maze-gateway``, each from its own venv (tests/maze_gateway/venvs.py), play eight seeds of
-maze_2d/simple greedily against the shipped maze-tiny and maze-tiny:maze-grpo (seeds 13-20: maze-grpo
-fails two of them, so a framework that scored every episode alike would disagree); per seed they agree
-with maze-eval's run on the same gateway on at least 7 of 8. Their logs carry every turn with its frame
-and the adapter version the gateway served. The full 64-seed comparison is benchmarks/frameworks.py.
+maze_2d/simple greedily against the shipped adapter, maze-tiny:maze-grpo (seeds 13-20: it fails two of
+them, so a framework that scored every episode alike would disagree); per seed they agree with
+maze-eval's run on the same gateway on at least 7 of 8. Their logs carry every turn with its frame and
+the adapter version the gateway served. The base model is the same path without an adapter; the full
+64-seed comparison of both models is benchmarks/frameworks.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tests.maze_gateway.venvs import inspect_eval, inspect_log, inspect_outcomes
 from .stack import KEY
 
 SEEDS, N = "13-20", 8
-MODELS = {"maze-tiny": None, "maze-tiny:maze-grpo": "maze-grpo"}  # model id -> maze-eval's --adapter
+MODELS = {"maze-tiny:maze-grpo": "maze-grpo"}  # model id -> maze-eval's --adapter
 pytestmark = pytest.mark.slow
 
 

@@ -1,7 +1,8 @@
 """maze-train watch end to end: a local GRPO job on a real local Ray cluster, every exported step
 published to the embedded gateway's store (moto S3 over HTTP), scored through the gateway (vLLM on
 CPU) pinned to its version, and shown as a served curve; the watcher killed with -9 part-way and
-restarted repeats and loses nothing.
+restarted repeats and loses nothing. A step published by hand under a name of its own
+(``maze-train publish``) is served at once too.
 
 The watcher scores 8 seeds per step here (``--seeds 0-7``, its documented flag) to bound the test's
 time; its default is the fixed 64-maze set.
@@ -36,8 +37,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.needs_ray]
 
 def tiny_spec(tmp: Path, steps: int) -> str:
     """A small local GRPO run that exports (and evaluates) every step. Enough turns to solve mazes,
-    four hot samples per maze: groups with unequal rewards, so steps 2 and 3 update the LoRA and
-    each step exports other weights (a step that learned nothing would export its version again)."""
+    four hot samples per maze: groups with unequal rewards, so step 2 updates the LoRA and exports
+    other weights than step 1 (a step that learned nothing would export its version again)."""
     spec = {
         "name": "tiny-watch",
         "env": {"max_turns": 12, "reward": "task"},
@@ -91,7 +92,7 @@ def test_every_exported_step_is_published_scored_and_curved_across_a_kill(stack,
     db = tmp_path / "results.db"
     with local_ray_cluster(num_cpus=2) as address:
         sub = CliRunner().invoke(maze_train, ["submit", "--address", address, "--trainer", "local",
-                                              tiny_spec(tmp_path, steps=3)])
+                                              tiny_spec(tmp_path, steps=2)])
         assert sub.exit_code == 0, sub.output
         job = sub.stdout.strip()
 
@@ -114,13 +115,13 @@ def test_every_exported_step_is_published_scored_and_curved_across_a_kill(stack,
 
     steps = [s["step"] for s in json.loads(CliRunner().invoke(maze_train, ["checkpoints", str(tmp_path / "export"),
                                                                            "--json"]).stdout)]
-    assert steps == [1, 2, 3], steps
+    assert steps == [1, 2], steps
     # Published: each step as the version its files hash to, each version pushed once.
     ledger = json.loads((tmp_path / "ledger.json").read_text())["steps"]
     versions = [ledger[str(s)]["version"] for s in steps]
     assert versions == [content_version(tmp_path / "export" / f"global_step_{s}" / "policy") for s in steps]
     metrics = [json.loads(line) for line in (tmp_path / "export" / "metrics.jsonl").read_text().splitlines()]
-    assert len(set(versions)) == 3, (ledger, [m["policy/updates"] for m in metrics])
+    assert len(set(versions)) == 2, (ledger, [m["policy/updates"] for m in metrics])
     pushes = [m.version for m in stack.store.history("watched") if m.action == "push"]
     assert pushes == versions[::-1], pushes  # newest first: the alias follows the newest step
     # Scored: one complete run per step, pinned to its version; the killed run was resumed, not
@@ -142,7 +143,7 @@ def test_every_exported_step_is_published_scored_and_curved_across_a_kill(stack,
                                             "--api-key", KEY, "--seeds", SEEDS, "--db", str(db),
                                             "--ledger", str(tmp_path / "ledger.json")])
     assert rerun.exit_code == 0 and not [line for line in rerun.output.splitlines() if line.startswith("step ")], rerun.output
-    assert len(Store(str(db)).list_runs()) == 3 and len(stack.store.history("watched")) == 3
+    assert len(Store(str(db)).list_runs()) == 2 and len(stack.store.history("watched")) == 2
 
     # The served curve beside the trainer's pass@1, within 80 columns, best step and how to serve it.
     board = CliRunner(env={"COLUMNS": "80"}).invoke(maze_eval, ["--db", str(db), "leaderboard", "--curves"]).output
@@ -158,3 +159,14 @@ def test_every_exported_step_is_published_scored_and_curved_across_a_kill(stack,
     text = report.read_text()
     best = next(p for p in curve["points"] if p["step"] == curve["best_step"])
     assert f"Best served step: {best['step']}" in text and f"maze-serve adapters promote watched@{best['version']}" in text
+
+    # The same export's step 1 published by hand under a name of its own: served at once.
+    pub = CliRunner().invoke(maze_train, ["publish", "--export", str(tmp_path / "export"), "--step", "1",
+                                          "--name", "by-hand", "--serving-config", str(serving_yaml)])
+    assert pub.exit_code == 0 and "published maze-tiny:by-hand" in pub.stdout, pub.output
+    r = CliRunner().invoke(maze_eval, ["--endpoint", stack.base_url, "--api-key", KEY, "--adapter", "by-hand",
+                                       "--seeds", "0-3", "--db", str(tmp_path / "by-hand.sqlite"), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["status"] == "complete" and out["summary"]["n"] == 4 and out["manifest"]["adapter"] == "by-hand"
+    assert out["manifest"]["adapter_version"] == versions[0]
