@@ -21,8 +21,8 @@ demo: setup
 
 # Everything: the real services too (scripted server, S3, PostgreSQL, Ray, the embedded stack, a
 # multi-node cluster); the 25 slowest tests are listed at the end. Two xdist workers: one runs the
-# tests that start a stack, a cluster or a Ray head, one after another (side by side they need ~20 GB
-# and both cores), the other every other module meanwhile (tests/conftest.py).
+# tests that start vLLM engines (the stack, the serving cluster), one after another (side by side
+# they need ~20 GB and both cores), the other every other module meanwhile (tests/conftest.py).
 test: setup-test
 	$(PY) -m pytest -q -ra --durations=25 -n 2 --dist loadgroup
 

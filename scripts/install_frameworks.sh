@@ -27,8 +27,9 @@ for extra in openenv verifiers inspect; do
   [ -x "$target/bin/python" ] || "$py" -m venv "$target"
   constraints=(-c "$pins")
   [ "${MAZE_FRAMEWORKS_FREEZE:-0}" = 1 ] && constraints=()
+  # No compile_bytecode here (37 s for the three): only the tests run these venvs, a few processes
+  # each, and tests/maze_gateway/venvs.py lets the first of them write the bytecode of what it imports.
   pip_install "$target/bin/python" -q "${constraints[@]}" -e ".[$extra]"
-  compile_bytecode "$target/bin/python"
   if [ "${MAZE_FRAMEWORKS_FREEZE:-0}" = 1 ]; then
     {
       echo "# Tested environment of the $extra extra (pip freeze of .venv-$extra, Python 3.11): constraints for"

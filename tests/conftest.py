@@ -17,9 +17,11 @@ DATA = Path(__file__).resolve().parent / "data"
 # `make test-fast` leaves them out. In one process they run last, the stack's own ones at the very
 # end, so the stack starts once and is torn down right after its last test, and the tests that kill
 # its replica or restart it run when nothing else needs it any more. Under pytest-xdist (`-n 2 --dist
-# loadgroup`, as both make targets run) each test module is one xdist group, the tests that start the
-# stack or a cluster one more, in that same order on one worker (side by side they need ~20 GB and
-# both cores), and those that start only a Ray head another, while the other worker takes the rest.
+# loadgroup`, as both make targets run) each test module is one xdist group; the tests that start
+# vLLM engines (the stack, the serving cluster) are one more, in that same order on one worker (side
+# by side they need ~20 GB and both cores); those that start only a Ray head another, while the
+# other worker takes the rest. The training cluster (nodes and S3, no engine) stays a module of its
+# own, beside the stack if it comes to that; tests/cluster/conftest.py runs one cluster at a time.
 HEAVY_MARKERS = ("needs_stack", "needs_cluster", "needs_ray")
 # The stack's disruptive tests, in this order after all others: a replica killed (Serve restarts it,
 # losing its metrics, which the dashboard test reads), then the whole stack stopped and started.
@@ -52,8 +54,11 @@ def pytest_collection_modifyitems(config, items):
         return 0
 
     for item in items:
-        if "stack" in getattr(item, "fixturenames", ()) or "tests/cluster/" in item.nodeid:
-            item.add_marker("needs_stack" if "stack" in item.fixturenames else "needs_cluster")
+        fixtures = getattr(item, "fixturenames", ())
+        if "tests/cluster/" in item.nodeid:
+            item.add_marker("needs_cluster")
+        if "stack" in fixtures or "cluster_app" in fixtures:
+            item.add_marker("needs_stack" if "stack" in fixtures else "needs_cluster")
             item.add_marker(pytest.mark.xdist_group("heavy"))
         elif item.get_closest_marker("needs_ray"):  # one Ray head, ~1 GB: beside the heavy ones is fine
             item.add_marker(pytest.mark.xdist_group("ray"))

@@ -3,6 +3,8 @@ S3, shared folder) started once per module through :mod:`serving.cluster`, in a 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
 
@@ -16,16 +18,31 @@ os.environ.update(RAY_ENV)
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@contextlib.contextmanager
+def cluster_slot(tmp_path_factory):
+    """Held while a module's cluster runs: one cluster at a time on this machine. Every local cluster
+    puts its nodes on 127.0.0.2-4, and under xdist the serving and the training module may run on
+    different workers (tests/conftest.py). The lock file is shared by the run's workers."""
+    with open(tmp_path_factory.getbasetemp().parent / "cluster.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="module")
 def maze_home(tmp_path_factory):
-    """A private MAZE_HOME for this module's cluster (its state, logs and shared folder)."""
+    """A private MAZE_HOME for this module's cluster (its state, logs and shared folder), with the
+    machine's cluster slot."""
     old = os.environ.get("MAZE_HOME")
-    os.environ["MAZE_HOME"] = str(tmp_path_factory.mktemp("maze-home"))
-    yield Path(os.environ["MAZE_HOME"])
-    if old is None:
-        os.environ.pop("MAZE_HOME", None)
-    else:
-        os.environ["MAZE_HOME"] = old
+    with cluster_slot(tmp_path_factory):
+        os.environ["MAZE_HOME"] = str(tmp_path_factory.mktemp("maze-home"))
+        yield Path(os.environ["MAZE_HOME"])
+        if old is None:
+            os.environ.pop("MAZE_HOME", None)
+        else:
+            os.environ["MAZE_HOME"] = old
 
 
 def start_cluster(app: bool):

@@ -28,8 +28,12 @@ def venv_bin(framework: str, program: str = "python") -> Path:
 
 
 def venv_env(**extra: str) -> dict[str, str]:
-    """The environment of a process in a framework venv (its editable install is this checkout)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    """The environment of a process in a framework venv (its editable install is this checkout).
+
+    Bytecode writing stays on even where the caller's environment turns it off: the framework venvs
+    are installed without compiled bytecode (scripts/install_frameworks.sh), so the first process
+    compiles what it imports, once, and the later ones load it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
     return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
