@@ -67,6 +67,22 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)  # stable: file order within each rank
 
 
+# Ray starts its workers, the engines' processes among them, at niceness 15.
+ENGINE_NICENESS = 15
+
+
+def pytest_runtest_setup(item):
+    # Under xdist, the worker that takes the light modules runs them at the engines' niceness: at 0
+    # it would take a core it shares with an engine almost whole (CFS weights 1024 against 36), and
+    # the other worker's stack and cluster tests wait on those engines. (The heavy group comes first
+    # on its worker, so that worker turns only once its engines are done.)
+    group = item.get_closest_marker("xdist_group")
+    if os.environ.get("PYTEST_XDIST_WORKER") and group and group.args[0] != "heavy":
+        current = os.nice(0)
+        if current < ENGINE_NICENESS:
+            os.nice(ENGINE_NICENESS - current)
+
+
 @pytest.fixture(scope="session")
 def vectors() -> list[dict]:
     return json.loads((DATA / "maze_vectors_public.json").read_text())["cases"]

@@ -9,18 +9,20 @@ hand and served at once is in test_gateway_watch.py, on the watched job's export
 from __future__ import annotations
 
 import ast
+import concurrent.futures as cf
 import json
 from pathlib import Path
 
 import pytest
 
-from evaluation import EvalConfig, Store, compare, evaluate, leaderboard
+from evaluation import EvalConfig, EvalResult, Store, compare, evaluate, leaderboard
 
 from .test_gateway_stack import KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 N = 32  # seeds 0..31: the base solves 13 of them, maze-grpo 28
+MODELS = {"maze-tiny": None, "maze-grpo": "maze-grpo"}  # name in models/scores_hf.json -> maze-eval's --adapter
 
 
 def hf_outcomes(model: str) -> dict[int, bool]:
@@ -37,11 +39,22 @@ def shipped(stack):
     return stack
 
 
-@pytest.mark.parametrize("adapter, hf_name", [(None, "maze-tiny"), ("maze-grpo", "maze-grpo")])
-def test_gateway_scores_match_hf(shipped, tmp_path_factory, adapter, hf_name):
-    db = str(tmp_path_factory.getbasetemp() / "gateway-eval.sqlite")
-    result = evaluate(EvalConfig(endpoint=shipped.base_url, api_key=KEY, adapter=adapter, seeds=f"0-{N - 1}",
-                                 concurrency=8, db=db))
+@pytest.fixture(scope="module")
+def runs(shipped, tmp_path_factory) -> tuple[str, dict[str, EvalResult]]:
+    """Both models' runs on seeds 0..N-1, played at the same time into one store (the engine batches
+    the two runs' requests together, as it does for two users)."""
+    db = str(tmp_path_factory.mktemp("gateway-eval") / "eval.sqlite")
+    with cf.ThreadPoolExecutor(len(MODELS)) as pool:
+        futures = {hf_name: pool.submit(evaluate, EvalConfig(endpoint=shipped.base_url, api_key=KEY, adapter=adapter,
+                                                             seeds=f"0-{N - 1}", concurrency=8, db=db))
+                   for hf_name, adapter in MODELS.items()}
+        return db, {hf_name: f.result() for hf_name, f in futures.items()}
+
+
+@pytest.mark.parametrize("hf_name", list(MODELS))
+def test_gateway_scores_match_hf(runs, hf_name):
+    db, results = runs
+    result = results[hf_name]
     assert result.status == "complete" and result.summary.n == N
     assert result.manifest.history == "window:2"  # the base model's agent profile, from /v1/models
     rows = {r["seed"]: bool(r["success"]) for r in Store(db).episode_rows(result.run_id)}
@@ -50,9 +63,8 @@ def test_gateway_scores_match_hf(shipped, tmp_path_factory, adapter, hf_name):
     assert agree >= N - 2
 
 
-def test_leaderboard_and_compare_after_both_runs(shipped, tmp_path_factory):
-    db = str(tmp_path_factory.getbasetemp() / "gateway-eval.sqlite")
-    store = Store(db)
+def test_leaderboard_and_compare_after_both_runs(runs):
+    store = Store(runs[0])
     rows = {r.model: r for r in leaderboard(store)}
     assert set(rows) == {"maze-tiny", "maze-tiny:maze-grpo"}
     c = compare(store, rows["maze-tiny:maze-grpo"].run_id, rows["maze-tiny"].run_id)
