@@ -55,10 +55,9 @@ def pytest_collection_modifyitems(config, items):
 
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if "tests/cluster/" in item.nodeid:
-            item.add_marker("needs_cluster")
-        if "stack" in fixtures or "cluster_app" in fixtures:
+        if "stack" in fixtures or "tests/cluster/" in item.nodeid:
             item.add_marker("needs_stack" if "stack" in fixtures else "needs_cluster")
+        if "stack" in fixtures or "cluster_app" in fixtures:  # vLLM engines
             item.add_marker(pytest.mark.xdist_group("heavy"))
         elif item.get_closest_marker("needs_ray"):  # one Ray head, ~1 GB: beside the heavy ones is fine
             item.add_marker(pytest.mark.xdist_group("ray"))
@@ -74,8 +73,9 @@ ENGINE_NICENESS = 15
 def pytest_runtest_setup(item):
     # Under xdist, the worker that takes the light modules runs them at the engines' niceness: at 0
     # it would take a core it shares with an engine almost whole (CFS weights 1024 against 36), and
-    # the other worker's stack and cluster tests wait on those engines. (The heavy group comes first
-    # on its worker, so that worker turns only once its engines are done.)
+    # the other worker's stack and cluster tests wait on those engines. xdist hands out the largest
+    # groups first, one to each worker; the heavy group (70 tests) is one of the two largest, so its
+    # worker starts with it and turns only once its engines are done.
     group = item.get_closest_marker("xdist_group")
     if os.environ.get("PYTEST_XDIST_WORKER") and group and group.args[0] != "heavy":
         current = os.nice(0)
