@@ -123,8 +123,8 @@ class MazeEnvironment(Environment[MazeAction, MazeObservation, MazeState]):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise NoEpisode("no open episode in this session: the server closes a session when its socket ends or when it "
-                            "stays idle past --idle-timeout; open a new session")
+            raise NoEpisode("no open episode in this session: a session ends with its socket or after --idle-timeout "
+                            "seconds without a call; open a new session")
 
 
 def _observation(frame: np.ndarray, info: dict[str, Any], text: str, *, reward: float | None,

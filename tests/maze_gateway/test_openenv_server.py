@@ -82,7 +82,7 @@ def test_idle_sessions_are_reaped_and_their_slot_freed(eco_python, tmp_path):
         out = run_check(eco_python, "reaper", url)
     assert out["refused_while_active"].startswith("CAPACITY_REACHED: Server at capacity: 1/1")
     assert out["second_after_idle"] is True
-    assert "no open episode in this session: the server closes a session when its socket ends or when it stays idle past --idle-timeout" in out["idle_session_step"]
+    assert "no open episode in this session: a session ends with its socket or after --idle-timeout seconds without a call; open a new session" in out["idle_session_step"]
 
 
 def test_http_routes(server):
