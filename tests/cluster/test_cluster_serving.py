@@ -180,13 +180,14 @@ def test_hot_adapter_spreads_over_replicas_a_cold_one_stays(cluster_app, tmp_pat
     after = settled_requests(state, quick_requests + sent)
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     share = max(delta.values()) / sum(delta.values())
+    loads = adapter_loads(scrape(state))
     print(f"full run: {sent} adapter requests, per replica {delta} (largest share {share:.0%}), "
-          f"loads {adapter_loads(scrape(state))}, solved {full.summary.solved}/{SPREAD_SEEDS}")
+          f"loads {loads}, solved {full.summary.solved}/{SPREAD_SEEDS}")
     # Spread: the adapter loaded once on each replica, and the second one carries a real part of the
     # run. Ray's own router keeps all 32 episodes on the first holder (a share of 1.0); with the
     # spread each replica takes requests as fast as it serves them, and two engines sharing two
     # cores with other work can run at 2:1 (a share of 0.67 seen), so the bound is 0.8.
-    assert sorted(adapter_loads(scrape(state)).values()) == [1.0, 1.0]
+    assert sorted(loads.values()) == [1.0, 1.0]
     assert len(delta) == 2 and share <= 0.8, delta
     outcomes = {r["seed"]: bool(r["success"]) for r in Store(db).episode_rows(full.run_id)}
     reference = gateway_outcomes("maze-grpo")
