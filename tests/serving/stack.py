@@ -114,9 +114,9 @@ class Stack:
 
 
 def assert_cores_split() -> None:
-    """The embedded stack's processes placed as ``cpu_affinity: split`` places them: vLLM's workers on
-    the worker cores, every thread of every other process of the Ray session on the rest (skipped
-    on one core, where nothing is split)."""
+    """The embedded stack's processes placed as ``cpu_affinity: split`` places them: vLLM's one
+    worker on the worker cores, every thread of every other process of the Ray session on the rest
+    (skipped on one core, where nothing is split)."""
     import os
 
     from serving import cpu_affinity, embedded
@@ -133,5 +133,5 @@ def assert_cores_split() -> None:
                 others[(pid, int(tid))] = os.sched_getaffinity(int(tid))
         except OSError:
             continue  # a process or thread that ended meanwhile
-    assert workers and all(os.sched_getaffinity(w) == set(split.worker) for w in workers), workers
+    assert len(workers) == 1 and os.sched_getaffinity(workers[0]) == set(split.worker), workers
     assert len(others) > 20 and all(cpus == set(split.rest) for cpus in others.values()), others
