@@ -60,7 +60,7 @@ def gateway_app(auth: dict):
 
     @app.post("/v1/chat/completions")
     async def chat():
-        from serving.keys import authorize_model, note_model
+        from serving.auth import authorize_model, note_model
 
         authorize_model("maze-tiny")  # the ingress's scope check and usage label, as for a real request
         note_model("maze-tiny")

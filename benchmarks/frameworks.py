@@ -7,7 +7,7 @@ and ``vf-eval maze-gateway -c 8``, each framework from its own venv as a user ru
 (tests/maze_gateway/venvs.py). Records per model and tool: solved, per-seed agreement with
 maze-eval, the model version served, and wall time. Writes ``benchmarks/results/frameworks.json``.
 
-tests/serving/test_gateway_frameworks.py checks the same on 8 seeds in every test run.
+tests/serving/stack/test_frameworks.py checks the same on 8 seeds in every test run.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.stack import dev_assets, stack_config
+from benchmarks.support.stack import dev_assets, stack_config
 from evaluation import EvalConfig, Store, evaluate
 from tests.maze_gateway.venvs import inspect_eval, inspect_log, inspect_outcomes, vf_episodes, vf_eval, vf_outcomes
 
@@ -74,7 +74,7 @@ def compare(url: str, model: str, adapter: str | None, seeds: str, work: Path) -
 
 
 def run(seeds: str) -> dict:
-    from serving import embedded
+    from serving.local import embedded
 
     assets = dev_assets(n_extra=0)
     if not str(assets.base_dir).endswith("models/maze-tiny"):

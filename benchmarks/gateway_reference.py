@@ -29,9 +29,9 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix="maze-ref-")
     sys.path.insert(0, str(ROOT))  # run as a script: the repo's packages first
-    from benchmarks.stack import stack_config
+    from benchmarks.support.stack import stack_config
     from evaluation import EvalConfig, Store, evaluate
-    from serving import embedded
+    from serving.local import embedded
 
     cfg = stack_config(ROOT / "models" / "maze-tiny", name="maze-gateway-reference")
     base_url = embedded.up(cfg, progress=print)

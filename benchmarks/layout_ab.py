@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import cpu_account
-from benchmarks.gateway_bench import maze_png_url, run_load, start_gateway, start_vllm, stop_vllm
-from benchmarks.stack import dev_assets
+from benchmarks.support import cpu_account
+from benchmarks.support.gateway_bench import maze_png_url, run_load, start_gateway, start_vllm, stop_vllm
+from benchmarks.support.stack import dev_assets
 
 log = logging.getLogger("layout_ab")
 # Gateway targets: (layout, ingress) of the serving config, and extra environment for the Ray
@@ -53,7 +53,7 @@ def measure(base_url: str, model: str, image: str, n1: int, n8: int, lora: str |
 
 
 def run_gateway(target: str, assets, image: str, n1: int, n8: int) -> dict:
-    from serving import embedded
+    from serving.local import embedded
 
     layout, ingress, env = GATEWAYS[target]
     cfg, base_url, ready = start_gateway(assets, f"maze-ab-{target}", layout, ingress, env)

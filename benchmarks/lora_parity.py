@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent.config import EndpointConfig, RunnerConfig, SamplingParams
 from agent.runner import run_endpoint_async
-from benchmarks.stack import dev_assets, stack_config
+from benchmarks.support.stack import dev_assets, stack_config
 
 log = logging.getLogger("lora_parity")
 ADAPTER = "maze-grpo"
@@ -109,8 +109,8 @@ def eval_wall(url: str, adapter: str | None, db: str) -> dict:
 
 
 def push_copies(cfg, folder: Path, names: list[str]) -> None:
+    from serving.adapters import export_s3_env
     from serving.adapters import AdapterStore
-    from serving.s3 import export_s3_env
 
     export_s3_env(cfg)
     store, spec = AdapterStore(cfg.adapters), cfg.base_models[0]
@@ -134,7 +134,7 @@ def mixed_vs_one(cfg, url: str, folder: Path, rounds: int) -> dict:
 
 
 def run(args) -> dict:
-    from serving import embedded
+    from serving.local import embedded
 
     assets = dev_assets(n_extra=0)
     os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix="lora-parity-")

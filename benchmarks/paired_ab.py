@@ -14,11 +14,11 @@ api_server with its engine; the embedded stack's whole ``ray start`` session).
 A variant is the shipped embedded config with one setting changed, so each setting's cost is
 measured against the same plain vLLM in the same run: ``embedded`` (as shipped: jemalloc preloaded
 into the engine processes, the engine worker alone on its core), ``cpu-affinity-none`` (every
-process of the stack on every core, serving/cpu_affinity.py), ``ray-niceness-0`` (the replica and
+process of the stack on every core, serving/engine/cpu_affinity.py), ``ray-niceness-0`` (the replica and
 engine at nice 0 instead of Ray's 15), ``glibc-mmap-threshold`` (glibc's malloc with the fixed
-``MALLOC_MMAP_THRESHOLD_`` that is the fallback without jemalloc, serving/allocator.py),
+``MALLOC_MMAP_THRESHOLD_`` that is the fallback without jemalloc, serving/engine/allocator.py),
 ``glibc-mmap-default`` (glibc's malloc as is, whose memory grows in the soak),
-``vllm-lora-kernels`` (vLLM's stock CPU LoRA ops instead of serving/cpu_lora.py's grouped ones) and
+``vllm-lora-kernels`` (vLLM's stock CPU LoRA ops instead of serving/engine/lora_kernels.py's grouped ones) and
 ``mm-cache-4gb`` (vLLM's default processed-image cache size instead of the config's 0.5 GiB).
 
 The vLLM side gets the gateway's engine arguments, its LoRA limits included (the shipped adapter
@@ -57,8 +57,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import cpu_account
-from benchmarks.gateway_bench import (
+from benchmarks.support import cpu_account
+from benchmarks.support.gateway_bench import (
     maze_png_url,
     payload,
     run_load,
@@ -67,8 +67,8 @@ from benchmarks.gateway_bench import (
     start_vllm,
     stop_vllm,
 )
-from benchmarks.stack import dev_assets
-from serving.allocator import allocator_env
+from benchmarks.support.stack import dev_assets
+from serving.engine import allocator_env
 
 log = logging.getLogger("paired_ab")
 
@@ -204,7 +204,7 @@ def idle_cpu(seconds: float = 10.0) -> float:
 
 
 def run_variant(variant: str, assets, vllm: Side, image: str, args) -> dict:
-    from serving import embedded
+    from serving.local import embedded
 
     spec = VARIANTS[variant]
     vllm.pause()  # the gateway's start and its idle load are measured without the other engine

@@ -44,7 +44,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.stack import dev_assets, stack_config  # noqa: E402
+from benchmarks.support.stack import dev_assets, stack_config  # noqa: E402
 
 log = logging.getLogger("placement_calibrate")
 OUT = ROOT / "benchmarks" / "results" / "placement_calibration.json"
@@ -178,8 +178,8 @@ def _cold_summary(rows: list[dict], stream: list[tuple[float, float]]) -> dict:
 
 
 def _pusher(cfg):
+    from serving.adapters import export_s3_env
     from serving.adapters import AdapterStore
-    from serving.s3 import export_s3_env
 
     export_s3_env(cfg)
     store, spec = AdapterStore(cfg.adapters), cfg.base_models[0]
@@ -231,7 +231,7 @@ async def measure(cfg, url: str, assets, work: Path, rounds: int, cold_n: int) -
 
 
 def run(args) -> dict:
-    from serving import embedded
+    from serving.local import embedded
 
     assets = dev_assets(n_extra=0)
     work = Path(tempfile.mkdtemp(prefix="placement-calibrate-"))

@@ -12,7 +12,7 @@ engine costs, a slower ramp, and Ray with a lower ``max_ongoing_requests`` (``se
 
 The engine costs (per-token decode and prefill, LoRA overhead, cold-load time, the engine's pause
 when a load lands) come from ``benchmarks/results/placement_calibration.json``, measured on the
-local stack by ``benchmarks/placement_calibrate.py``; the model is ``benchmarks/placement_model.py``.
+local stack by ``benchmarks/placement_calibrate.py``; the model is ``benchmarks/support/placement_model.py``.
 Seeded and deterministic. Writes ``benchmarks/results/placement_sim.json`` and ``placement_sim.png``.
 """
 
@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.placement_model import HOT, Cluster, EngineCosts, Policy, Simulation, make_requests  # noqa: E402
+from benchmarks.support.placement_model import HOT, Cluster, EngineCosts, Policy, Simulation, make_requests  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 CALIBRATION = RESULTS / "placement_calibration.json"

@@ -1,6 +1,6 @@
 """Recovery from the loss of a worker node on the local multi-node cluster, and adapter routing.
 
-Starts ``serving.cluster`` (head + 2 workers on 127.0.0.1, the standard layout, 2 LLM replicas,
+Starts ``serving.local.cluster`` (head + 2 workers on 127.0.0.1, the standard layout, 2 LLM replicas,
 one per worker) in a private MAZE_HOME, then:
 
 1. routing: per-replica request counts (Serve's own request counter for the chat route, read
@@ -57,7 +57,7 @@ def _counts(state) -> tuple[dict[str, float], dict[str, list[str]]]:
     """Serve's count of chat requests per LLM replica, and the model ids each replica holds, from every node."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from serving.cluster import metrics_urls
+    from serving.local.cluster import metrics_urls
 
     requests: dict[str, float] = defaultdict(float)
     held: dict[str, list[str]] = defaultdict(list)
@@ -120,7 +120,8 @@ def _ready(state) -> dict:
 
 
 def recovery(state, client: openai.OpenAI, messages: list[dict], load: int) -> dict:
-    from serving import cluster
+    from serving.local import cluster
+    from serving.local.processes import wait_for
 
     _, held = _counts(state)
     placement = _ready(state)["replicas"][LLM]["placement"]
@@ -151,7 +152,7 @@ def recovery(state, client: openai.OpenAI, messages: list[dict], load: int) -> d
         # The replacement machine starts once the head has declared the old node dead (a raylet
         # started before that fails to register on this machine; a new pod likewise follows the
         # old one's deletion).
-        cluster.embedded.wait_for(lambda: len(cluster.nodes(state.dashboard_url)) <= 2, 120, interval=0.5)
+        wait_for(lambda: len(cluster.nodes(state.dashboard_url)) <= 2, 120, interval=0.5)
         node_dead_s = time.monotonic() - killed
         cluster.restart_worker(worker)
         rejoined_s = time.monotonic() - killed
@@ -185,9 +186,9 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix="maze-recovery-")
     sys.path.insert(0, str(ROOT))  # run as a script: the repo's packages first
-    from benchmarks.stack import cluster_stack_config
-    from serving import cluster
-    from serving.embedded import RAY_ENV
+    from benchmarks.support.stack import cluster_stack_config
+    from serving.local import cluster
+    from serving.local.embedded import RAY_ENV
 
     os.environ.update(RAY_ENV)
     t0 = time.monotonic()

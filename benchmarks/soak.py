@@ -196,12 +196,12 @@ def main() -> int:
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
 
-    from serving import embedded
-    from serving.allocator import allocator_env
+    from serving.engine import allocator_env
+    from serving.local import embedded
 
     started = args.endpoint is None
     if started:
-        from benchmarks.stack import dev_assets, stack_config
+        from benchmarks.support.stack import dev_assets, stack_config
 
         os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix="maze-soak-")
         assets = dev_assets(n_extra=0)

@@ -48,7 +48,7 @@ def _cli(module: str, *args: str) -> list[str]:
 def serving_yaml(path: Path) -> Path:
     """The shipped embedded config on free ports (a stack of yours on the default ports stays untouched)."""
     from serving.config import ServingConfig
-    from serving.ports import free_port
+    from serving.local import free_port
 
     d = ServingConfig.shipped("embedded").model_dump(mode="json")
     d["name"] = "maze-gateway-walkthrough"
@@ -60,7 +60,7 @@ def serving_yaml(path: Path) -> Path:
 
 def ray_head(tmp: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str, list[str]]:
     """``ray start --head`` on 127.0.0.2 with every port its own; the process, dashboard address, command."""
-    from serving.ports import free_port
+    from serving.local import free_port
 
     dash = free_port()
     cmd = [str(Path(sys.executable).with_name("ray")), "start", "--head", f"--node-ip-address={RAY_HOST}",

@@ -12,7 +12,7 @@ import io
 import itertools
 from pathlib import Path
 
-from evaluation.report import _b64
+from evaluation.report import data_url
 from evaluation.served import ServedCurve, served_curves
 from evaluation.store import Store
 
@@ -67,7 +67,7 @@ def curve_plot(curve: ServedCurve) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
-    return _b64(buf.getvalue(), "image/png")
+    return data_url(buf.getvalue(), "image/png")
 
 
 def _rows(curve: ServedCurve) -> str:

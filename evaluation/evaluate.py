@@ -113,7 +113,7 @@ async def _resolve_endpoint(cfg: EvalConfig) -> str:
     if cfg.endpoint:
         return cfg.endpoint
     try:
-        from serving.embedded import ensure_embedded_gateway
+        from serving.local import ensure_embedded_gateway
     except ImportError as exc:
         raise EvalError(
             "no --endpoint given and the embedded gateway is not installed (serving extra); "

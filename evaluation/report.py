@@ -26,7 +26,8 @@ def _count(x: float | None) -> str:
     return "-" if x is None else f"{x:.0f}"
 
 
-def _b64(data: bytes, mime: str) -> str:
+def data_url(data: bytes, mime: str) -> str:
+    """``data`` inline as a data URL: the report is one self-contained file."""
     return f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
 
 
@@ -75,7 +76,7 @@ def _plots(records: list[EpisodeRecord]) -> dict[str, str]:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
-    return {"plots": _b64(buf.getvalue(), "image/png")}
+    return {"plots": data_url(buf.getvalue(), "image/png")}
 
 
 _CSS = """
@@ -103,7 +104,7 @@ def render_html(run: dict, records: list[EpisodeRecord], checkpoint: dict | None
         title = f"seed {r.seed} · {r.stop_reason.value} · {r.num_turns} turns (optimal {r.optimal_moves})"
         cards.append(
             f'<div class="card" style="border-color:{colour}" title="{html.escape(title)}">'
-            f'<img alt="seed {r.seed}" src="{_b64(gif_bytes(r), "image/gif")}"><br>seed {r.seed}'
+            f'<img alt="seed {r.seed}" src="{data_url(gif_bytes(r), "image/gif")}"><br>seed {r.seed}'
             f"{'' if r.sample == 0 else f'/{r.sample}'} · {r.num_turns}t</div>"
         )
     rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(json.dumps(v) if isinstance(v, (dict, list)) else str(v))}</td></tr>"

@@ -2,7 +2,7 @@
 # System packages the tests use: Debian's postgresql (a real server for the results store),
 # chromium (renders the HTML report), prometheus (scrapes the gateway in the dashboard test) and
 # redis-server (the shared store of per-key limits and usage in the limit and cluster tests), and
-# libjemalloc2 (the embedded stack's engine allocator, serving/allocator.py; without it the stack
+# libjemalloc2 (the embedded stack's engine allocator, serving/engine/allocator.py; without it the stack
 # falls back to glibc with a fixed mmap threshold).
 # Installs only what is missing; needs root and apt-get.
 set -euo pipefail

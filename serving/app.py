@@ -1,9 +1,9 @@
 """Build the Ray Serve LLM application from a :class:`ServingConfig` (pure: no I/O).
 
 One ``LLMConfig`` per base model (vLLM with LoRA enabled, adapters from the S3 prefix, served by
-:class:`serving.lora.GatewayLLMServer`) behind :class:`serving.ingress.GatewayIngress`
+:class:`serving.engine.llm_server.GatewayLLMServer`) behind :class:`serving.ingress.GatewayIngress`
 (``layout: standard``), or, with ``layout: colocated``, one deployment
-(:class:`serving.colocated.ColocatedGateway`) that is the ingress and runs that server in-process.
+(:class:`serving.ingress.colocated.ColocatedGateway`) that is the ingress and runs that server in-process.
 
 This mirrors ``ray.serve.llm.build_openai_app`` (same validation through ``LLMServingArgs``,
 same ``ingress_cls_config`` contract) with one difference: Ray's builder creates the ingress
@@ -19,17 +19,15 @@ import logging
 import pprint
 from typing import Any
 
-from serving.allocator import allocator_env
+from serving.adapters import s3_env
 from serving.config import ServingConfig
-from serving.s3 import s3_env
+from serving.engine import SERVER_CLS_PATH, WORKER_EXTENSION_PATH, allocator_env
+from serving.ingress import INGRESS_CLS_PATH
+from serving.placement import ROUTER_PATH
 
 log = logging.getLogger(__name__)
 
-LORA_SERVER_CLS = "serving.lora:GatewayLLMServer"
-# serving.cpu_lora_worker.EXTENSION_QUALNAME, spelled out: building the app must not import vLLM.
-CPU_LORA_EXTENSION = "serving.cpu_lora_worker.GroupedLoraWorkerExtension"
 COLOCATED_DEPLOYMENT = "ColocatedGateway"
-ROUTER_PATH = "serving.routing:AdapterSpreadRouter"
 
 
 def _fixed_size(cfg: ServingConfig) -> bool:
@@ -37,11 +35,11 @@ def _fixed_size(cfg: ServingConfig) -> bool:
 
 
 def _router_config(cfg: ServingConfig) -> dict[str, Any]:
-    """The LLM deployment's request router: serving.routing's, unless the config keeps Ray's (or the
+    """The LLM deployment's request router: serving.placement.router's, unless the config keeps Ray's (or the
     layout has no handle between an ingress and the engines to route on)."""
     if cfg.routing.policy == "affinity" or cfg.layout == "colocated":
         return {}
-    # serving.routing.ROUTER_PATH, spelled out: building the app must not import Ray's router.
+    # By import path: building the app imports neither Ray's router nor vLLM.
     return {"request_router_config": {"request_router_class": ROUTER_PATH,
                                       "request_router_kwargs": {"spread_threshold": cfg.routing.spread_threshold}}}
 
@@ -80,7 +78,7 @@ def llm_config_dicts(cfg: ServingConfig) -> list[dict[str, Any]]:
         }
         if cfg.grouped_cpu_lora:
             # vLLM imports this class in its worker process, which installs the grouped LoRA kernels there.
-            engine["worker_extension_cls"] = CPU_LORA_EXTENSION
+            engine["worker_extension_cls"] = WORKER_EXTENSION_PATH
         llm: dict[str, Any] = {
             "model_loading_config": {"model_id": m.id, "model_source": m.resolved_source()},
             "engine_kwargs": engine,
@@ -92,7 +90,7 @@ def llm_config_dicts(cfg: ServingConfig) -> list[dict[str, Any]]:
             },
             "deployment_config": _deployment_config(cfg),
             "runtime_env": {"env_vars": env},
-            "server_cls": LORA_SERVER_CLS,
+            "server_cls": SERVER_CLS_PATH,
         }
         if cfg.device == "cpu":
             llm["accelerator_config"] = {"kind": "cpu"}
@@ -107,7 +105,7 @@ def serving_args(cfg: ServingConfig) -> dict[str, Any]:
     return {
         "llm_configs": llm_config_dicts(cfg),
         "ingress_cls_config": {
-            "ingress_cls": "serving.ingress:GatewayIngress",
+            "ingress_cls": INGRESS_CLS_PATH,
             "ingress_extra_kwargs": {"config": cfg.model_dump(mode="json")},
         },
         # num_cpus 0: the ingress is async I/O only, and on a small node the LLM server's
@@ -160,7 +158,7 @@ def colocated_deployment_options(llm_config) -> dict[str, Any]:
     from ray.llm._internal.common.dict_utils import maybe_apply_llm_deployment_config_defaults
     from ray.llm._internal.serve.core.server.builder import DEFAULT_DEPLOYMENT_OPTIONS
 
-    from serving.colocated import server_class
+    from serving.ingress import server_class
 
     options = maybe_apply_llm_deployment_config_defaults(
         DEFAULT_DEPLOYMENT_OPTIONS, server_class(llm_config).get_deployment_options(llm_config))
@@ -172,8 +170,7 @@ def _build_colocated(cfg: ServingConfig, llm_config, model_cards: dict, lora_pat
     from ray import serve
     from ray.llm._internal.serve.core.ingress.ingress import make_fastapi_ingress
 
-    from serving.colocated import ColocatedGateway
-    from serving.ingress import ENDPOINTS, create_app
+    from serving.ingress import ENDPOINTS, ColocatedGateway, create_app
 
     options = colocated_deployment_options(llm_config)
     log.info("gateway %s (colocated): model %s, adapters %s, options\n%s", cfg.name, llm_config.model_id,

@@ -120,7 +120,7 @@ class LoraSpec(_Model):
     cpu_kernels: Literal["grouped", "vllm"] = Field(
         "grouped",
         description=(
-            "LoRA arithmetic of CPU engines. 'grouped': serving.cpu_lora's kernels (token rows grouped by "
+            "LoRA arithmetic of CPU engines. 'grouped': the kernels of serving.engine.lora_kernels (token rows grouped by "
             "adapter, two small matrix products per group), installed into the engine's worker through "
             "vLLM's worker_extension_cls; 'vllm': vLLM's own CPU ops, which copy the LoRA weights once per "
             "token (~12x slower evaluation through an adapter; docs/benchmarks.md). No effect on GPU engines"
@@ -168,7 +168,7 @@ class ReplicaSpec(_Model):
 
 
 class RoutingSpec(_Model):
-    """How requests for an adapter pick among the LLM replicas (serving.routing)."""
+    """How requests for an adapter pick among the LLM replicas (serving.placement.router)."""
 
     policy: Literal["spread", "affinity"] = Field(
         "spread",
@@ -340,7 +340,7 @@ class ServingConfig(_Model):
             "'standard': an ingress deployment in front of one LLM-server deployment per base model "
             "(two Serve hops per request; ingress and engines scale apart). 'colocated': one deployment "
             "that answers HTTP and runs the engine in the same replica (one hop; one base model only). "
-            "Same routes, auth, limits, errors, metrics and LoRA loading in both; see serving.colocated"
+            "Same routes, auth, limits, errors, metrics and LoRA loading in both; see serving.ingress.colocated"
         ),
     )
     ingress: Literal["proxy", "direct"] = Field(
@@ -349,7 +349,7 @@ class ServingConfig(_Model):
             "'proxy': Serve's HTTP proxy listens on `port` and forwards each request to the ingress "
             "replica (one more process hop). 'direct': Serve's direct ingress, the one colocated replica "
             "listens on `port` itself (client -> replica). Embedded stack only, with layout 'colocated' "
-            "and one replica; see serving.direct_ingress"
+            "and one replica; see serving.ingress.direct"
         ),
     )
     host: str = Field("127.0.0.1", description="HTTP bind address")
@@ -363,7 +363,7 @@ class ServingConfig(_Model):
             "memory allocator of the engine processes. 'jemalloc': preloaded where libjemalloc is installed "
             "(Debian: libjemalloc2), else glibc with a fixed mmap threshold; either keeps a long-running CPU "
             "engine's memory flat, jemalloc at less CPU per request. 'system': the image's malloc as is; "
-            "see serving.allocator"
+            "see serving.engine.allocator"
         ),
     )
     cpu_affinity: Literal["none", "split"] = Field(
@@ -372,7 +372,7 @@ class ServingConfig(_Model):
             "where the embedded stack's processes run (CPU engines). 'split': the engine worker on its own "
             "cores (one per physical core, all but the last), Ray, Serve, the replica and the engine core on "
             "the rest, so nothing preempts a forward pass; 'none': every process on every core. Embedded "
-            "stack only; see serving.cpu_affinity"
+            "stack only; see serving.engine.cpu_affinity"
         ),
     )
     extensions: list[str] = Field(
@@ -406,7 +406,7 @@ class ServingConfig(_Model):
 
     @property
     def grouped_cpu_lora(self) -> bool:
-        """Whether the engines get the grouped CPU LoRA kernels (serving.cpu_lora)."""
+        """Whether the engines get the grouped CPU LoRA kernels (serving.engine.lora_kernels)."""
         return self.device == "cpu" and self.lora.cpu_kernels == "grouped"
 
     @classmethod

@@ -1,10 +1,13 @@
 """Serving errors: each carries the HTTP status and OpenAI error type it maps to.
 
-One exception handler in the gateway turns them into ``{"error": {"message", "type", "code"}}``.
-They hold only strings, so they stay picklable across Ray actors.
+One exception handler in the gateway turns them into ``{"error": {"message", "type", "code"}}``;
+the pure-ASGI middlewares, which answer before any handler runs, write the same body with
+:func:`send_openai_error`. They hold only strings, so they stay picklable across Ray actors.
 """
 
 from __future__ import annotations
+
+import json
 
 
 class ServingError(Exception):
@@ -150,3 +153,12 @@ class NotPinned(ServingError):
     """Unpinning a name that is not pinned."""
 
     status_code, error_type, code = 404, "invalid_request_error", "not_pinned"
+
+
+async def send_openai_error(send, exc: ServingError, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    """Answer an ASGI request with ``exc`` in OpenAI's error shape (status, JSON body, ``headers``)."""
+    data = json.dumps(exc.to_openai()).encode()
+    await send({"type": "http.response.start", "status": exc.status_code,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": data})

@@ -45,12 +45,12 @@ def _instruments() -> dict:
         "load_latency": Histogram("maze_gateway_adapter_load_latency_seconds",
                                   "adapter download + verification time in a replica", boundaries=LATENCY_BOUNDS_S,
                                   tag_keys=("adapter", "version")),
-        # Placement (serving.lora, serving.placement_agent): per replica through Ray's WorkerId label.
+        # Placement (serving.engine.llm_server, serving.placement.agent): per replica through Ray's WorkerId label.
         "evictions": Counter("maze_gateway_adapter_evictions",
                              "adapters evicted from a replica (least recently used, never a pinned one)",
                              tag_keys=("adapter", "version")),
         "resident": Gauge("maze_gateway_adapters_resident", "adapters resident in a replica", tag_keys=("base",)),
-        # Per adapter version (serving.adapter_metrics): labels are published adapters only.
+        # Per adapter version (serving.ingress.adapter_metrics): labels are published adapters only.
         "adapter_requests": Counter("maze_gateway_adapter_requests",
                                     "engine requests per adapter version by HTTP status",
                                     tag_keys=("base", "adapter", "version", "status")),
@@ -60,11 +60,11 @@ def _instruments() -> dict:
         "adapter_tokens": Counter("maze_gateway_adapter_tokens",
                                   "prompt and completion tokens per adapter version (from the response's usage)",
                                   tag_keys=("base", "adapter", "version", "kind")),
-        # Canary decisions (serving.canary): which arm each request of a name under a canary took.
+        # Canary decisions (serving.adapters.canary): which arm each request of a name under a canary took.
         "canary_routes": Counter("maze_gateway_canary_routes",
                                  "requests of an adapter name under a canary, by the version and arm (stable, canary) "
                                  "that served them", tag_keys=("adapter", "version", "arm")),
-        # Per API key (serving.usage): the key's tenant name and the model the gateway resolved.
+        # Per API key (serving.auth.usage): the key's tenant name and the model the gateway resolved.
         "key_requests": Counter("maze_gateway_key_requests",
                                 "requests per API key and model by HTTP status (429: refused by the key's limits)",
                                 tag_keys=("key", "model", "status")),

@@ -13,7 +13,7 @@ from agent.demo import scripted_server
 
 DATA = Path(__file__).resolve().parent / "data"
 # Tests that start real services beyond a scripted server: the embedded stack (any test using the
-# `stack` fixture), a multi-node cluster (tests/cluster/), a plain Ray head (tests/ray_cluster.py).
+# `stack` fixture), a multi-node cluster (tests/cluster/), a plain Ray head (tests/support/ray_cluster.py).
 # `make test-fast` leaves them out. In one process they run last, the stack's own ones at the very
 # end, so the stack starts once and is torn down right after its last test, and the tests that kill
 # its replica or restart it run when nothing else needs it any more. Under pytest-xdist (`-n 2 --dist

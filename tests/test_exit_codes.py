@@ -15,8 +15,8 @@ from agent.cli_boundary import (
 )
 from evaluation.errors import EndpointUnavailable, EvalError, UnknownRun
 from serving import errors as se
-from serving.cluster import ClusterError
-from serving.embedded import EmbeddedError
+from serving.local.cluster import ClusterError
+from serving.local import EmbeddedError
 from training import errors as te
 
 CODES = [

@@ -1,7 +1,8 @@
-"""The product packages' import graph: acyclic, and dependencies flow one way.
+"""The product packages' import graph: acyclic, dependencies flow one way, and serving's rooms keep
+to their rules (code outside a room imports its face; each room imports only the rooms below it).
 
-Read from the source with ``ast`` (every import, lazy ones inside functions included), so the test
-needs none of the packages' dependencies.
+Read from the source with ``ast`` (every import, lazy ones inside functions and those a face names
+for type checkers included), so the test needs none of the packages' dependencies.
 """
 
 from __future__ import annotations
@@ -107,11 +108,12 @@ def test_dependencies_flow_one_way(graph):
     assert _imports_of(graph, "agent") == {"agent"}
     assert _imports_of(graph, "serving") <= {"serving", "agent"}  # neither evaluation nor training
     # the gateway itself is self-contained; only its CLI shares agent's error boundary
-    assert {m for m in graph if m.startswith("serving") for t in graph[m] if t.startswith("agent")} == {"serving.cli"}
+    assert {m for m in graph if m.startswith("serving") for t in graph[m] if t.startswith("agent")} <= {
+        m for m in graph if m == "serving.cli" or m.startswith("serving.cli.")}
     assert _imports_of(graph, "evaluation") <= {"evaluation", "agent", "serving"}
     # maze-eval without an endpoint starts the embedded gateway: its one use of serving
     assert {t for m in graph if m.startswith("evaluation") for t in graph[m] if t.startswith("serving")} == {
-        "serving.embedded", "serving.errors"}  # and the errors it raises
+        "serving.local", "serving.errors"}  # and the errors it raises
 
 
 def test_the_framework_adapters_build_on_agent_only_and_nothing_imports_them(graph):
@@ -128,6 +130,103 @@ def test_the_lab_imports_agent_only_and_the_launcher_reaches_it_at_one_seam(grap
     assert callers == {"training.local_job"}
 
 
-@pytest.mark.parametrize("builder", ["serving.app", "serving.colocated", "serving.ingress", "serving.direct_ingress"])
+@pytest.mark.parametrize("builder", ["serving.app", "serving.ingress", "serving.ingress.colocated",
+                                     "serving.ingress.direct", "serving.engine", "serving.placement"])
 def test_what_builds_the_app_does_not_reach_the_process_manager(graph, builder):
-    assert "serving.embedded" not in _reachable(graph, builder)
+    assert not {m for m in _reachable(graph, builder) if m.startswith("serving.local")}
+
+
+# -- serving's rooms ---------------------------------------------------------------------------------
+TOP_LEVEL = {"config", "errors", "metrics", "app", "k8s"}  # besides __init__ and the rooms
+# What each room may import besides itself; config, errors and metrics are open to every room.
+ROOM_RULES = {
+    "adapters": set(),
+    "auth": set(),
+    "placement": {"adapters"},
+    "engine": {"adapters", "placement"},
+    "ingress": {"adapters", "auth", "engine"},
+    "local": {"adapters", "engine", "ingress", "app"},
+    "cli": {"adapters", "auth", "placement", "local", "k8s"},
+}
+BASE = {"config", "errors", "metrics"}
+
+
+def _room(module: str) -> str | None:
+    """The serving room (or top-level module) ``module`` belongs to; None outside serving and for
+    the package face."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "serving" and len(parts) > 1 else None
+
+
+def test_serving_keeps_only_its_six_modules_at_the_top():
+    top = {p.stem for p in (ROOT / "serving").glob("*.py")} - {"__init__"}
+    rooms = {p.name for p in (ROOT / "serving").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert top == TOP_LEVEL
+    assert rooms == set(ROOM_RULES)
+    assert (ROOT / "serving" / "configs").is_dir()
+
+
+def _face_exports(room: str) -> set[str]:
+    """The names in a room face's ``__all__`` (read from the source)."""
+    tree = ast.parse((ROOT / "serving" / room / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def test_code_outside_a_room_imports_its_face(graph):
+    """``from serving.adapters import AdapterStore``, never ``serving.adapters.store`` from outside
+    adapters/ (tests may reach into a room's files; product code may not). A face may export a
+    module as a namespace (``from serving.local import embedded``: ``embedded.up()``)."""
+    exported = {f"serving.{room}.{name}" for room in ROOM_RULES for name in _face_exports(room)}
+    crossings = {(m, t) for m, targets in graph.items() for t in targets
+                 if t.count(".") >= 2 and _room(t) in ROOM_RULES and _room(m) != _room(t) and t not in exported}
+    assert crossings == set()
+
+
+def test_each_room_imports_only_the_rooms_below_it(graph):
+    broken = {}
+    for module, targets in graph.items():
+        room = _room(module)
+        if room not in ROOM_RULES:
+            continue
+        used = {_room(t) for t in targets if t.startswith("serving.")} - {room}
+        if extra := used - ROOM_RULES[room] - BASE:
+            broken[module] = sorted(extra)
+    assert broken == {}
+
+
+def test_the_top_level_modules_sit_below_the_rooms(graph):
+    def rooms_of(module: str) -> set[str]:
+        return {_room(t) for t in graph[module] if t.startswith("serving.")} - {None}
+
+    for module in ("serving.config", "serving.errors", "serving.metrics"):
+        assert rooms_of(module) <= BASE, module
+    assert rooms_of("serving.app") <= BASE | {"adapters", "engine", "ingress", "placement"}
+    assert rooms_of("serving.k8s") <= BASE | {"app"}
+
+
+def test_only_the_cli_and_the_stacks_import_local(graph):
+    """Starting processes is local/'s alone: in serving only the CLI (and the package face, which
+    names ensure_embedded_gateway for library users) reaches it."""
+    importers = {m for m, targets in graph.items() if m.startswith("serving") and _room(m) != "local"
+                 and any(_room(t) == "local" for t in targets)}
+    assert {m for m in importers if _room(m) != "cli"} == {"serving"}
+
+
+def _private_imports() -> list[str]:
+    """``from x import _name`` (dunders aside) between the product packages' own modules; a private
+    name of Ray or vLLM that the gateway builds on is the upstream's business, pinned by version."""
+    found = []
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
+                    found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_name():
+    assert _private_imports() == []

@@ -44,9 +44,8 @@ def publish(export_path: str, step: int, name: str, *, serving_config: str | Non
         serving.errors.ServingError: the store refused the adapter or is unreachable.
     """
     # Serving (boto3, the store) is only needed here, not by the launcher's other commands.
-    from serving.adapters import AdapterStore
+    from serving.adapters import AdapterStore, export_s3_env
     from serving.config import load_config
-    from serving.s3 import export_s3_env
 
     cfg = load_config(serving_config)
     spec = cfg.base(base) if base else cfg.base_models[0]

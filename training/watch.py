@@ -185,7 +185,7 @@ class Watcher:
     async def endpoint(self) -> str:
         """The gateway's URL; with none given, the embedded gateway (started once, when first needed)."""
         if self._endpoint is None:
-            from serving.embedded import ensure_embedded_gateway
+            from serving.local import ensure_embedded_gateway
 
             self.say("no --endpoint: using the embedded gateway (if it is not running, starting it takes a few "
                      "minutes; `maze-serve logs` shows its progress)")

@@ -1,4 +1,4 @@
-"""The placement simulation (benchmarks/placement_model.py, placement_sim.py): its invariants and both
+"""The placement simulation (benchmarks/support/placement_model.py, placement_sim.py): its invariants and both
 routing policies' decisions, on small workloads (seconds, no stack)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks import placement_sim
-from benchmarks.placement_model import HOT, Cluster, EngineCosts, Policy, Requests, Simulation, make_requests
+from benchmarks.support.placement_model import HOT, Cluster, EngineCosts, Policy, Requests, Simulation, make_requests
 
 COSTS = EngineCosts(step_s=0.01, decode_s=0.002, prefill_token_s=2e-5, lora_factor=1.2, adapter_step_s=5e-4,
                     cold_load_s=0.5, load_stall_s=0.05)
@@ -124,7 +124,7 @@ def test_gateway_choice_keeps_affinity_below_the_threshold_and_spreads_above_it(
 def test_ray_choice_follows_multiplex_routing():
     reqs, cluster = _bare(max_ongoing=8)
     sim = Simulation(cluster, Policy("ray"), COSTS, reqs)
-    from benchmarks.placement_model import _Route
+    from benchmarks.support.placement_model import _Route
 
     _state(sim, [7, 0, 0, 0], holders_of_7=[0], view_count=[2, 1, 2, 2])
     route = _Route(started=0.0)

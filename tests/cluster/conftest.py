@@ -1,5 +1,5 @@
 """Fixtures of the multi-node tests: a local Ray cluster (head + 2 worker nodes on 127.0.0.1, local
-S3, shared folder) started once per module through :mod:`serving.cluster`, in a private MAZE_HOME."""
+S3, shared folder) started once per module through :mod:`serving.local.cluster`, in a private MAZE_HOME."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.embedded import RAY_ENV
+from serving.local.embedded import RAY_ENV
 
 # The deploying driver connects with the stack's token auth; Ray reads the mode when first imported.
 os.environ.update(RAY_ENV)
@@ -46,8 +46,8 @@ def maze_home(tmp_path_factory):
 
 
 def start_cluster(app: bool):
-    from benchmarks.stack import cluster_stack_config
-    from serving import cluster
+    from benchmarks.support.stack import cluster_stack_config
+    from serving.local import cluster
 
     if not (ROOT / "models" / "maze-tiny" / "model.safetensors").is_file():
         pytest.fail("models/maze-tiny is missing (it ships in the repo)")

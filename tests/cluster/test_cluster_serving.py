@@ -18,7 +18,6 @@ import os
 import threading
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import httpx
 import openai
@@ -27,9 +26,9 @@ import yaml
 
 from evaluation import EvalConfig, Store, evaluate
 from tests.cluster.conftest import ROOT
-from tests.net_watch import LoopbackWatch
-from tests.redis_server import RedisServer, available
-from tests.serving.stack import image_messages
+from tests.support.net_watch import LoopbackWatch
+from tests.support.redis_server import RedisServer, available
+from tests.support.gateway_stack import image_messages
 
 pytestmark = pytest.mark.slow
 LLM = "GatewayLLMServer:maze-tiny"
@@ -45,7 +44,7 @@ KEYS = {"keys": [
 @pytest.fixture(scope="module")
 def loopback(maze_home):
     """Samples the connections of this module's cluster (and of this process) from before it starts."""
-    from serving import cluster
+    from serving.local import cluster
 
     def roots():
         st = cluster.read_state()
@@ -60,9 +59,9 @@ def loopback(maze_home):
 def cluster_app(maze_home, loopback, tmp_path_factory):
     """The shipped cluster config with two ingress replicas and KEYS, their limits shared through
     Redis (counted per replica when redis-server is missing: the limit test skips then)."""
-    from benchmarks.stack import cluster_stack_config
-    from serving import cluster
+    from benchmarks.support.stack import cluster_stack_config
     from serving.config import ServingConfig
+    from serving.local import cluster
 
     if not (ROOT / "models" / "maze-tiny" / "model.safetensors").is_file():
         pytest.fail("models/maze-tiny is missing (it ships in the repo)")
@@ -91,7 +90,7 @@ def scrape(state) -> list:
     """Every sample of every node's metrics endpoint."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from serving.cluster import metrics_urls
+    from serving.local.cluster import metrics_urls
 
     samples = []
     for url in metrics_urls(state):
@@ -293,7 +292,7 @@ def test_one_limit_across_two_ingress_replicas(cluster_app):
 
 def adapter_worker(state) -> int:
     """The worker node whose LLM replica holds maze-grpo (Serve's multiplexed-model gauge)."""
-    from serving.cluster import worker_of
+    from serving.local.cluster import worker_of
 
     placement = ready(state)[1]["replicas"][LLM]["placement"]
     deadline = time.monotonic() + 60
@@ -319,7 +318,7 @@ NODE_LOSS_SEEDS = 32
 
 
 def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
-    from serving import cluster
+    from serving.local import cluster
 
     _, state = cluster_app
     db = str(tmp_path / "eval.sqlite")

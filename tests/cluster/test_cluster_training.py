@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def nodes(maze_home):
-    from serving import cluster
+    from serving.local import cluster
 
     _, state = start_cluster(app=False)
     try:
@@ -64,14 +64,14 @@ def driver_worker(state, submission_id: str) -> int | None:
     """The worker node the job's driver runs on."""
     from ray.job_submission import JobSubmissionClient
 
-    from serving.cluster import worker_of
+    from serving.local.cluster import worker_of
 
     node_id = JobSubmissionClient(state.dashboard_url).get_job_info(submission_id).driver_node_id
     return worker_of(state.dashboard_url, node_id)
 
 
 def test_job_resumes_from_shared_checkpoint_after_node_loss(nodes):
-    from serving import cluster
+    from serving.local import cluster
 
     state, shared = nodes, Path(nodes.shared_dir)
     address = state.dashboard_url

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.ports import free_port
+from serving.local import free_port
 
 PG_BIN_CANDIDATES = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 

@@ -13,7 +13,7 @@ import uvicorn
 from agent.scripted_server import create_app
 from evaluation import EvalConfig, evaluate
 from evaluation.api import router
-from tests.net_trap import ConnectionTrap
+from tests.support.net_trap import ConnectionTrap
 
 
 @pytest.fixture(scope="module")

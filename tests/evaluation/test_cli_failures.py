@@ -11,7 +11,7 @@ import pytest
 
 from agent.cli_boundary import EXIT_BAD_INPUT, EXIT_UNAVAILABLE
 from serving.config import ServingConfig
-from tests.cli_support import assert_json_error, assert_one_line, closed_port, run_cli
+from tests.support.cli import assert_json_error, assert_one_line, closed_port, run_cli
 
 
 def maze_eval(*args: str, home: Path, verbose: bool = False) -> subprocess.CompletedProcess:

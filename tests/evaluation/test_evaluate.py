@@ -14,7 +14,7 @@ from agent.demo import scripted_server, scripted_server_process
 from evaluation import EvalConfig, Store, compare, evaluate, leaderboard
 from evaluation.cli import main as cli
 from evaluation.errors import EndpointUnavailable
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 
 def cfg(url: str, db: str, **kw) -> EvalConfig:

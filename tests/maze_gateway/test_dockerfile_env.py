@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.hadolint import assert_hadolint_clean
+from tests.support.hadolint import assert_hadolint_clean
 
 from .venvs import ROOT
 

@@ -1,7 +1,7 @@
 """The Inspect AI task and the verifiers environment against the scripted BFS server (seconds, no
 model): each run from its framework's venv, as a user would, solving every maze it is given.
 
-The real gateway, compared seed by seed with maze-eval, is tests/serving/test_gateway_frameworks.py.
+The real gateway, compared seed by seed with maze-eval, is tests/serving/stack/test_frameworks.py.
 """
 
 from __future__ import annotations

@@ -3,53 +3,18 @@
 from __future__ import annotations
 
 import gc
-import json
 import os
-import shutil
-import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
-import httpx
-import numpy as np
 import pytest
 
-from serving.embedded import RAY_ENV
-from serving.ports import free_port
+from serving.local.embedded import RAY_ENV
+from tests.support.adapter_store import S3Server
 
-# Ray reads its auth mode when it is first imported: the stack's driver (serving.embedded._deploy)
+# Ray reads its auth mode when it is first imported: the stack's driver (serving.local.embedded._deploy)
 # must connect with token auth, so set it before any test module imports ray (test_colocated does).
 os.environ.update(RAY_ENV)
-
-
-class S3Server:
-    """moto_server in a subprocess, restartable on the same port (to test outages)."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        exe = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
-        self.proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(self.url, timeout=1)
-                return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise RuntimeError("moto_server did not start")
-
-    def stop(self) -> None:
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
 
 
 @pytest.fixture(scope="session")
@@ -80,38 +45,20 @@ def store(s3_server):
     return s
 
 
-def make_adapter(folder: Path, *, rank: int = 8, base: str = "maze-tiny", seed: int = 0, hidden: int = 32) -> Path:
-    """A small, well-formed peft LoRA folder (config + safetensors weights)."""
-    from safetensors.numpy import save_file
-
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    tensors = {}
-    for proj in ("q_proj", "v_proj"):
-        stem = f"base_model.model.model.language_model.layers.0.self_attn.{proj}"
-        tensors[f"{stem}.lora_A.weight"] = rng.standard_normal((rank, hidden)).astype(np.float32)
-        tensors[f"{stem}.lora_B.weight"] = rng.standard_normal((hidden, rank)).astype(np.float32)
-    save_file(tensors, str(folder / "adapter_model.safetensors"))
-    cfg = {"peft_type": "LORA", "r": rank, "lora_alpha": rank, "base_model_name_or_path": base,
-           "target_modules": ["q_proj", "v_proj"], "task_type": "CAUSAL_LM"}
-    (folder / "adapter_config.json").write_text(json.dumps(cfg))
-    return folder
-
-
-# -- the real embedded gateway, started once per test run (benchmarks/stack.py) --------------
+# -- the real embedded gateway, started once per test run (benchmarks/support/stack.py) --------------
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory, monkeypatch_session):
     """The embedded gateway stack (~100 s to start), auth on (flat and scoped keys), small request
     limits; stopped at the end."""
-    from benchmarks.stack import dev_assets, stack_config
-    from serving import embedded
-    from tests.serving.stack import KEY, KEY_ENV, Stack, write_tenant_keys
+    from benchmarks.support.stack import dev_assets, stack_config
+    from serving.local import embedded
+    from tests.support.gateway_stack import KEY, KEY_ENV, Stack, write_tenant_keys
 
     home = tmp_path_factory.mktemp("maze-home")
     monkeypatch_session.setenv("MAZE_HOME", str(home))
     monkeypatch_session.setenv(KEY_ENV, f"other-key,{KEY}")
     assets = dev_assets()
-    # The flat keys (each an admin, no limits) and the tenants' scoped keys (tests/serving/stack.py).
+    # The flat keys (each an admin, no limits) and the tenants' scoped keys (tests/support/gateway_stack.py).
     cfg = stack_config(assets.base_dir, auth_env=KEY_ENV, keys_file=str(write_tenant_keys(home / "keys.yaml")))
     t0 = time.monotonic()
     base_url = embedded.up(cfg, adapters=assets.shipped)

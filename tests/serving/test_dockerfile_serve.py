@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from serving.k8s import RAY_VERSION
-from tests.hadolint import assert_hadolint_clean
+from tests.support.hadolint import assert_hadolint_clean
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile.serve"

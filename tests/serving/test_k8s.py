@@ -11,7 +11,7 @@ import yaml
 
 from serving.config import ServingConfig
 from serving.k8s import APP_IMPORT_PATH, render_rayservice, render_yaml
-from tests.k8s_schema import crd_validator
+from tests.support.k8s_schema import crd_validator
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.hadolint import assert_hadolint_clean
+from tests.support.hadolint import assert_hadolint_clean
 from training.k8s import RAY_VERSION
 from training.skyrl.keys import SKYRL_VERSION
 from training.spec import TrainSpec

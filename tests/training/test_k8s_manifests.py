@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.k8s_schema import crd_validator
+from tests.support.k8s_schema import crd_validator
 from training.k8s import dump_manifest, render_manifests
 from training.spec import TrainSpec
 

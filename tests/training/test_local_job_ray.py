@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from evaluation.store import Store
-from tests.ray_cluster import local_ray_cluster
+from tests.support.ray_cluster import local_ray_cluster
 from training.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def test_unknown_job_and_bad_address(ray_address):
 
 def test_submit_console_is_quiet(ray_address, tmp_path):
     """The real command prints the job id and nothing else: Ray's packaging chatter only with --verbose."""
-    from tests.cli_support import run_cli
+    from tests.support.cli import run_cli
 
     done = run_cli("training.cli", "submit", "--address", ray_address, "--trainer", "local", tiny_spec(tmp_path, epochs=1),
                    env={"RAY_ADDRESS": None}, timeout=120)

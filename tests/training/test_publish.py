@@ -9,10 +9,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from serving.adapters import s3_env
 from serving.adapters import AdapterStore
 from serving.config import ServingConfig
-from serving.ports import free_port
-from serving.s3 import s3_env
+from serving.local import free_port
 from training import publish
 from training.cli import main
 
@@ -68,7 +68,7 @@ def test_publish_cli_prints_the_version_and_maps_bad_input_to_exit_2(serving_con
 def test_the_same_store_error_exits_the_same_from_maze_train_and_maze_serve(serving_config, export):
     """An adapter name already published: AdapterExists exits 4 from both tools."""
     from serving.cli import main as maze_serve
-    from tests.serving.conftest import make_adapter
+    from tests.support.adapter_store import make_adapter
 
     other = make_adapter(export / "global_step_7" / "policy", seed=7)  # other weights than step 5's
     first = CliRunner().invoke(main, ["publish", "--export", str(export), "--step", "5", "--name", "taken",

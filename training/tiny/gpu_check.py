@@ -43,7 +43,7 @@ def main(model_dir: str) -> dict:
     codec = make_codec(processor)
     samples = next(demo_stream(DemoConfig(), catalog, seed=1))[:4]
     from training.tiny.fastpath import to_openai_messages
-    from training.tiny.hf_policy import _images
+    from training.tiny.hf_policy import message_images
 
     b = collate([codec.encode(s.messages) for s in samples], [frame_rows(s.messages) for s in samples])
     with torch.no_grad():
@@ -53,7 +53,7 @@ def main(model_dir: str) -> dict:
         for i, s in enumerate(samples):
             om = to_openai_messages(s.messages, catalog)
             text = processor.apply_chat_template(om, tokenize=False, add_generation_prompt=True)
-            inp = processor(text=[text], images=_images(om), return_tensors="pt").to("cuda")
+            inp = processor(text=[text], images=message_images(om), return_tensors="pt").to("cuda")
             worst = max(worst, (model(**inp).logits[0, -1] - lf[i]).abs().max().item())
     res["fast_vs_hf_logit_max_diff_fp32"] = worst
     print(json.dumps(res), flush=True)

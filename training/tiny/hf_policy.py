@@ -27,7 +27,7 @@ from agent.runner import run_episodes_async
 log = logging.getLogger(__name__)
 
 
-def _images(messages: list[Message]) -> list:
+def message_images(messages: list[Message]) -> list:
     """The images of ``messages``, decoded (also parts that apply_chat_template rewrote in place)."""
     urls = []
     for msg in messages:
@@ -82,7 +82,7 @@ class HFPolicy:
         proc = self.processor
         # apply_chat_template rewrites image parts in place: give it copies
         texts = [proc.apply_chat_template(copy.deepcopy(m), tokenize=False, add_generation_prompt=True) for m in batch]
-        images = [img for m in batch for img in _images(m)]
+        images = [img for m in batch for img in message_images(m)]
         proc.tokenizer.padding_side = "left"
         inputs = proc(text=texts, images=images or None, padding=True, return_tensors="pt")
         device = next(self.model.parameters()).device

@@ -17,7 +17,7 @@ from training.tiny.fastpath import (
     make_codec,
     to_openai_messages,
 )
-from training.tiny.hf_policy import _images
+from training.tiny.hf_policy import message_images
 
 TINY = Path(__file__).resolve().parents[3] / "models" / "maze-tiny"
 
@@ -53,7 +53,7 @@ def test_fast_forward_equals_hf(setup):
         for i, s in enumerate(samples):
             msgs = to_openai_messages(s.messages, catalog)
             text = processor.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-            inputs = processor(text=[text], images=_images(msgs), return_tensors="pt")
+            inputs = processor(text=[text], images=message_images(msgs), return_tensors="pt")
             assert inputs["input_ids"][0].tolist() == enc[i].ids.tolist()
             hf = model(**inputs).logits[0, -1]
             assert (hf - fast_logits[i]).abs().max() < 1e-4

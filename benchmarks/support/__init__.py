@@ -1,0 +1,1 @@
+"""What the benchmark scripts share: the stack config, the load generator, CPU accounting, the placement model."""

@@ -1,0 +1,5 @@
+"""``python -m evaluation.cli``: the same as the ``maze-eval`` command."""
+
+from evaluation.cli import main
+
+main()

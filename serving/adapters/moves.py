@@ -1,0 +1,182 @@
+"""Moves of an adapter's alias: promote, rollback, their history, and canaries (start, re-weight, abort).
+
+Each move is one conditional replacement of the name's ref (:meth:`AdapterStore._update_ref
+<serving.adapters.AdapterStore._update_ref>`), recorded in the ref's own ``history``, so the
+move and its record never disagree and two writers racing never lose an update. A canary
+(``serving.adapters.canary``) is a second version the name serves to a weighted share of sessions; it
+lives in the same ref, next to the version it is tested against, and ends by :meth:`promote`
+(it becomes the version) or :meth:`abort_canary`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from serving.adapters.canary import Canary, canary_of, check_weight
+from serving.adapters.files import CONFIG
+from serving.adapters.refs import STABLE_MOVES, AdapterRef, AliasMove, check_version, history_of, now, ref_of, with_move
+from serving.errors import AdapterNotFound, InvalidCanary, NoCanary, NoRollbackTarget
+
+log = logging.getLogger(__name__)
+
+
+class AliasMoves:
+    """The alias moves of :class:`serving.adapters.AdapterStore`, which this is mixed into: they use
+    the store's ref reads and conditional writes (``_read_ref``, ``_update_ref``), its version check
+    (``_require_version``), its bucket (``s3``) and its prefix (``spec``, ``root``)."""
+
+    def history(self, name: str) -> list[AliasMove]:
+        """The alias's moves, newest first (the first is the version served now).
+
+        Raises:
+            BadAdapterName, AdapterNotFound (404), AdapterStoreUnavailable (503).
+        """
+        doc, _ = self._read_ref(name)
+        if doc is None:
+            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+        return [AliasMove(**m) for m in history_of(doc)]
+
+    def promote(self, name: str, version: str | None = None) -> AdapterRef:
+        """Point ``name`` at ``version``, any version ever pushed under that name; without
+        ``version``, at the canary's (promoting the canary). A running canary ends when its
+        version becomes the one served, and keeps running otherwise.
+
+        Promoting the version already served changes nothing (no history entry).
+
+        Raises:
+            BadAdapterName (400), AdapterNotFound (404: unknown name or version), NoCanary (409: no
+            version given and no canary runs), AdapterRefConflict (409), AdapterStoreUnavailable (503).
+        """
+        doc, _ = self._read_ref(name)
+        if doc is None:
+            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+        if version is None:
+            version = self._running_canary(name, doc).version
+        check_version(version)
+        self._require_version(name, version)
+        base, rank = self._version_info(name, version, doc)
+        ref = self._move(name, AliasMove(version=version, at=now(), action="promote", base=base, rank=rank),
+                         check=self._published(name))
+        log.info("promoted adapter %s to version %s", name, version)
+        return ref
+
+    def rollback(self, name: str) -> AdapterRef:
+        """Point ``name`` back at the version it served before its last move (canary moves aside:
+        a running canary keeps running; :meth:`abort_canary` ends it).
+
+        Two rollbacks in a row return to where they started (like ``cd -``): each is a move.
+
+        Raises:
+            BadAdapterName (400), AdapterNotFound (404), NoRollbackTarget (409: the alias never
+            pointed elsewhere), AdapterRefConflict (409), AdapterStoreUnavailable (503).
+        """
+        def previous(doc: dict[str, Any]) -> AliasMove:
+            moves = [m for m in history_of(doc) if m["action"] in STABLE_MOVES]
+            if len(moves) < 2:
+                raise NoRollbackTarget(f"adapter {name!r} has only ever served version {doc['version']}: "
+                                       "nothing to roll back to")
+            return AliasMove(**{**moves[1], "at": now(), "action": "rollback"})
+
+        ref = self._move(name, previous, check=self._published(name))
+        log.info("rolled adapter %s back to version %s", name, ref.version)
+        return ref
+
+    def canary(self, name: str, version: str, weight: float) -> AdapterRef:
+        """Serve ``version`` to ``weight`` percent of ``name``'s sessions (``serving.adapters.canary``), the
+        version served now to the rest; starts a canary, or re-weights or replaces a running one.
+
+        Raises:
+            BadAdapterName (400), InvalidCanary (400: weight outside 0-100, or ``version`` is the
+            one served), AdapterNotFound (404), AdapterRefConflict (409), AdapterStoreUnavailable (503).
+        """
+        weight = check_weight(weight)
+        check_version(version)
+        doc, _ = self._read_ref(name)
+        if doc is None:
+            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+        self._require_version(name, version)
+        base, rank = self._version_info(name, version, doc)
+
+        def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+            self._published(name)(doc)
+            if doc["version"] == version:
+                raise InvalidCanary(f"adapter {name!r} serves version {version} already: a canary needs another "
+                                    "version (see `adapters history NAME`)")
+            current = canary_of(doc)
+            if current is not None and (current.version, current.weight) == (version, weight):
+                return None
+            started = current.started_at if current is not None and current.version == version else now()
+            move = AliasMove(version=version, at=now(), action="canary", base=base, rank=rank, weight=weight)
+            canary = Canary(version=version, weight=weight, base=base, rank=rank, started_at=started)
+            return {**doc, "canary": canary.__dict__, "history": with_move(doc, move)}
+
+        ref = ref_of(name, self._update_ref(name, change))
+        log.info("adapter %s: canary %s at %s%%", name, version, weight)
+        return ref
+
+    def abort_canary(self, name: str) -> AdapterRef:
+        """End ``name``'s canary unpromoted: its version served now serves every session again.
+
+        Raises:
+            BadAdapterName (400), AdapterNotFound (404), NoCanary (409), AdapterRefConflict (409),
+            AdapterStoreUnavailable (503).
+        """
+        def change(doc: dict[str, Any] | None) -> dict[str, Any]:
+            self._published(name)(doc)
+            canary = self._running_canary(name, doc)
+            move = AliasMove(version=canary.version, at=now(), action="abort", base=canary.base, rank=canary.rank)
+            rest = {k: v for k, v in doc.items() if k != "canary"}
+            return {**rest, "history": with_move(doc, move)}
+
+        ref = ref_of(name, self._update_ref(name, change))
+        log.info("adapter %s: canary aborted, version %s serves everything", name, ref.version)
+        return ref
+
+    def _running_canary(self, name: str, doc: dict[str, Any]) -> Canary:
+        canary = canary_of(doc)
+        if canary is None:
+            raise NoCanary(f"adapter {name!r} runs no canary (start one with `adapters canary {name}@VERSION "
+                           "--weight PERCENT`)")
+        return canary
+
+    def _version_info(self, name: str, version: str, doc: dict[str, Any]) -> tuple[str | None, int | None]:
+        """(base, rank) of a version of ``name``: from the alias's history, else from its files."""
+        known = next((m for m in history_of(doc) if m["version"] == version), None)
+        if known is not None:
+            return known.get("base"), known.get("rank")
+        rank = json.loads(self.s3.call("get_object", Key=f"{self.root}{name}@{version}/{CONFIG}")["Body"].read()).get("r")
+        return doc.get("base"), rank if isinstance(rank, int) else None
+
+    def _published(self, name: str):
+        """A ``_move`` check: a promote or rollback never re-creates a name removed meanwhile."""
+        def check(doc: dict[str, Any] | None) -> None:
+            if doc is None:
+                raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+        return check
+
+    def _move(self, name: str, move, *, check=None) -> AdapterRef:
+        """Point the alias at a version (see ``_update_ref``); a running canary stays unless its
+        version is the one now served (then it was promoted, and ends).
+
+        ``move`` is an :class:`AliasMove`, or a function of the current ref document returning one
+        (so a rollback computes its target from the ref it replaces); ``check`` may raise to refuse.
+        """
+        def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+            if check is not None:
+                check(doc)
+            step = move(doc) if callable(move) else move
+            if doc is not None and doc["version"] == step.version:
+                return None
+            history = with_move(doc, step)
+            pushed_at = next((m["at"] for m in history if m["version"] == step.version and m["action"] == "push"),
+                             step.at)
+            new = {"version": step.version, "base": step.base, "rank": step.rank, "pushed_at": pushed_at,
+                   "history": history}
+            canary = (doc or {}).get("canary")
+            if canary and canary["version"] != step.version:
+                new["canary"] = canary
+            return new
+
+        return ref_of(name, self._update_ref(name, change))

@@ -1,0 +1,101 @@
+"""An adapter name's ref document (``_refs/{name}.json``) and the names and versions it holds.
+
+The ref is the alias: ``{"version", "base", "rank", "pushed_at", "history", "canary"}``, one small
+S3 object per name (:mod:`serving.adapters` reads and replaces it). Everything here is pure: name
+and version checks, the moves recorded in ``history`` (newest first), and the published view
+(:class:`AdapterRef`) of a document.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from serving.adapters.canary import Canary, canary_of
+from serving.errors import BadAdapterName
+
+ADAPTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+REFS = "_refs"
+VERSION = re.compile(r"^[0-9a-f]{12}$")  # content_version's form
+HISTORY_KEEP = 100  # alias moves kept in the ref (the ref stays a small object)
+STABLE_MOVES = ("push", "promote", "rollback")  # history actions that moved the version served; the others
+# (canary, abort) started, re-weighted or ended a canary
+
+
+def check_name(name: str) -> str:
+    """Raise :class:`BadAdapterName` unless ``name`` is 1-64 of ``[A-Za-z0-9._-]``, not starting with a symbol."""
+    if not isinstance(name, str) or not ADAPTER_NAME.match(name):
+        raise BadAdapterName(f"invalid adapter name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+    return name
+
+
+def check_version(version: str) -> str:
+    """Raise :class:`BadAdapterName` unless ``version`` has the store's version form (12 hex digits)."""
+    if not isinstance(version, str) or not VERSION.match(version):
+        raise BadAdapterName(f"invalid adapter version {version!r}: versions are 12 lowercase hex digits")
+    return version
+
+
+def split_model_name(text: str) -> tuple[str, str | None]:
+    """``name`` or ``name@version`` -> (name, version or None), both checked."""
+    name, sep, version = text.partition("@")
+    check_name(name)
+    if sep and not VERSION.match(version):
+        raise BadAdapterName(f"invalid adapter version in {text!r}: versions are 12 lowercase hex digits")
+    return name, (version if sep else None)
+
+
+@dataclass(frozen=True)
+class AliasMove:
+    """One move of an alias: which version it pointed to from when on, and why; for a canary
+    (``canary``: started or re-weighted, ``abort``: ended unpromoted) the canary's version."""
+
+    version: str
+    at: str
+    action: str  # push | promote | rollback | canary | abort
+    base: str | None = None
+    rank: int | None = None
+    weight: float | None = None  # the canary's share in percent (canary moves only)
+
+
+@dataclass(frozen=True)
+class AdapterRef:
+    """A published adapter: its name, current version and what it was trained for, and the canary
+    version it serves to a share of sessions, if one runs."""
+
+    name: str
+    version: str
+    base: str | None
+    rank: int | None
+    pushed_at: str
+    canary: Canary | None = None
+
+    @property
+    def folder(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+def now() -> str:
+    """The time a move is recorded with: UTC, ISO 8601, whole seconds."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def history_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ref's moves, newest first; a ref written without history counts as one push."""
+    if doc.get("history"):
+        return list(doc["history"])
+    return [{"version": doc["version"], "at": doc.get("pushed_at", ""), "action": "push",
+             "base": doc.get("base"), "rank": doc.get("rank")}]
+
+
+def with_move(doc: dict[str, Any] | None, move: AliasMove) -> list[dict[str, Any]]:
+    """``doc``'s history with ``move`` in front, cut to :data:`HISTORY_KEEP` moves."""
+    return [move.__dict__, *history_of(doc)][:HISTORY_KEEP] if doc else [move.__dict__]
+
+
+def ref_of(name: str, doc: dict[str, Any]) -> AdapterRef:
+    """The published view of ``name``'s ref document."""
+    return AdapterRef(name=name, version=doc["version"], base=doc.get("base"), rank=doc.get("rank"),
+                      pushed_at=doc.get("pushed_at", ""), canary=canary_of(doc))

@@ -1,0 +1,240 @@
+"""The S3 adapter store: validated, atomic, versioned LoRA adapters.
+
+Layout under the configured prefix (``s3://bucket/prefix``)::
+
+    {name}@{version}/adapter_model.safetensors   immutable; version = content hash
+    {name}@{version}/adapter_config.json         written after the weights: its presence
+                                                 marks a complete upload
+    _refs/{name}.json                            {"version", "base", "rank", "pushed_at", "history",
+                                                 "canary"}: written last, publishes the version
+
+A name is an alias to one immutable version. The ref is the alias: one small object replaced by a
+single conditional PUT (``If-Match`` its ETag, or ``If-None-Match: *`` when new), so a push,
+:meth:`AdapterStore.promote` or :meth:`AdapterStore.rollback` moves it atomically and two writers
+racing never lose an update (the loser re-reads and retries). The alias's moves live in the same
+object (``history``, newest first), so the move and its record can never disagree. A canary
+(:meth:`AdapterStore.canary`, ``serving.adapters.canary``) is a second version the name serves to a weighted
+share of sessions; it lives in the same object, next to the version it is tested against, and ends
+by :meth:`AdapterStore.promote` (it becomes the version) or :meth:`AdapterStore.abort_canary`.
+
+This module is the store itself (S3 access, reads, listing, push, remove, the conditional ref
+write); the ref document and its names are :mod:`serving.adapters.refs`, the alias moves (promote,
+rollback, canary, abort) :mod:`serving.adapters.moves`, mixed into :class:`AdapterStore`.
+
+Ray Serve LLM downloads ``{prefix}/{adapter_id}/``; the gateway resolves a user's
+``base:name`` to ``base:name@version`` through ``_refs``, so a replica's cache is keyed by
+content and an adapter re-pushed under the same name is never served stale, and a half-uploaded
+adapter is never visible (its ref is not written yet).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from serving.adapters.canary import check_weight
+from serving.adapters.files import CONFIG, WEIGHTS, content_version, validate_adapter
+from serving.adapters.moves import AliasMoves
+from serving.adapters.refs import (
+    ADAPTER_NAME,
+    REFS,
+    AdapterRef,
+    AliasMove,
+    check_name,
+    check_version,
+    history_of,
+    now,
+    ref_of,
+)
+from serving.adapters.s3 import S3Bucket
+from serving.config import AdapterStoreSpec
+from serving.errors import (
+    AdapterExists,
+    AdapterNotFound,
+    BadAdapterName,
+)
+
+__all__ = ["AdapterStore"]
+
+log = logging.getLogger(__name__)
+
+class AdapterStore(AliasMoves):
+    """Adapters under an S3 prefix. S3 failures become :class:`AdapterStoreUnavailable` (503),
+    never "not found", so a transient outage is not remembered as a missing adapter (``s3``: the
+    bucket, :class:`~serving.adapters.s3.S3Bucket`)."""
+
+    def __init__(self, spec: AdapterStoreSpec, client: Any | None = None):
+        self.spec = spec
+        self.s3 = S3Bucket(spec, client)
+        self.bucket, self.root = spec.bucket, spec.key_prefix
+
+    @property
+    def client(self):
+        return self.s3.client
+
+    # -- reads ---------------------------------------------------------------------------
+    def resolve(self, name: str) -> AdapterRef:
+        """The published version of ``name``.
+
+        Raises:
+            BadAdapterName, AdapterNotFound (404), AdapterStoreUnavailable (503).
+        """
+        doc, _ = self._read_ref(name)
+        if doc is None:
+            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+        return ref_of(name, doc)
+
+    def resolve_version(self, name: str, version: str) -> AdapterRef:
+        """An explicit version of ``name``, current or not, when its files are in the store.
+
+        Raises:
+            BadAdapterName (400), AdapterNotFound (404), AdapterStoreUnavailable (503).
+        """
+        check_name(name)
+        check_version(version)
+        self._require_version(name, version)
+        doc, _ = self._read_ref(name)
+        move = next((m for m in history_of(doc) if m["version"] == version), None) if doc else None
+        return AdapterRef(name=name, version=version, base=(move or doc or {}).get("base"),
+                          rank=(move or {}).get("rank"), pushed_at=(move or {}).get("at", ""))
+
+    def _require_version(self, name: str, version: str) -> None:
+        try:
+            # adapter_config.json is written after the weights: its presence marks a complete upload.
+            self.s3.call("head_object", Key=f"{self.root}{name}@{version}/{CONFIG}")
+        except KeyError:
+            raise AdapterNotFound(f"adapter {name!r} has no version {version!r} under {self.spec.prefix}") from None
+
+    def _read_ref(self, name: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The ref document and its ETag, or (None, None) when the name is not published."""
+        return self.s3.read_json(self._ref_key(check_name(name)))
+
+    def _ref_key(self, name: str) -> str:
+        return f"{self.root}{REFS}/{name}.json"
+
+    def list(self) -> list[AdapterRef]:
+        """Every published adapter, following S3 pagination (any number of adapters)."""
+        refs: list[AdapterRef] = []
+        kwargs: dict[str, Any] = {"Prefix": f"{self.root}{REFS}/"}
+        while True:
+            page = self.s3.call("list_objects_v2", **kwargs)
+            for obj in page.get("Contents", []):
+                name = obj["Key"].rsplit("/", 1)[1].removesuffix(".json")
+                try:
+                    refs.append(self.resolve(name))
+                except (AdapterNotFound, BadAdapterName):  # removed meanwhile, or a stray key
+                    continue
+            if not page.get("IsTruncated"):
+                return sorted(refs, key=lambda r: r.name)
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    def list_names(self) -> list[str]:
+        """Adapter names only (one LIST call per 1000, no per-adapter reads)."""
+        names: list[str] = []
+        kwargs: dict[str, Any] = {"Prefix": f"{self.root}{REFS}/"}
+        while True:
+            page = self.s3.call("list_objects_v2", **kwargs)
+            names += [o["Key"].rsplit("/", 1)[1].removesuffix(".json") for o in page.get("Contents", [])]
+            if not page.get("IsTruncated"):
+                return sorted(n for n in names if ADAPTER_NAME.match(n))
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    def page_names(self, after: str | None = None, limit: int = 100) -> tuple[list[str], bool]:
+        """One page of adapter names in key order, starting after ``after``; returns (names, has_more).
+
+        Uses S3's ``StartAfter``, so a page costs one LIST call however many adapters exist.
+
+        Raises:
+            BadAdapterName (400) when ``after`` is not an adapter name: it becomes part of an S3 key.
+        """
+        if after:
+            check_name(after)
+        kwargs: dict[str, Any] = {"Prefix": f"{self.root}{REFS}/", "MaxKeys": min(limit + 1, 1000)}
+        if after:
+            kwargs["StartAfter"] = f"{self.root}{REFS}/{after}.json"
+        names: list[str] = []
+        while True:
+            page = self.s3.call("list_objects_v2", **kwargs)
+            for obj in page.get("Contents", []):
+                name = obj["Key"].rsplit("/", 1)[1].removesuffix(".json")
+                if ADAPTER_NAME.match(name):
+                    names.append(name)
+                if len(names) > limit:
+                    return names[:limit], True
+            if not page.get("IsTruncated"):
+                return names, False
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    # -- writes --------------------------------------------------------------------------
+    def push(self, folder: str | Path, name: str, *, base: str | None = None, base_source: str | None = None,
+             max_rank: int = 32, force: bool = False, canary: float | None = None) -> AdapterRef:
+        """Validate and publish a local adapter folder as ``name``.
+
+        Weights go up first, then adapter_config.json, then the ref that makes the version
+        visible. An existing name is refused unless ``force``; pushing identical files again
+        is a no-op. With ``canary`` (a percentage) the new version does not replace the one
+        served: it becomes the name's canary at that weight (:meth:`canary`).
+
+        Raises:
+            BadAdapterName, AdapterInvalid (400), InvalidCanary (400), AdapterExists (409),
+            AdapterNotFound (404: a canary for a name not published yet), AdapterStoreUnavailable (503).
+        """
+        check_name(name)
+        weight = None if canary is None else check_weight(canary)
+        cfg = validate_adapter(folder, base_source=base_source, max_rank=max_rank)
+        version = content_version(folder)
+        if weight is not None:
+            if self._read_ref(name)[0] is None:
+                raise AdapterNotFound(f"adapter {name!r} is not published yet: a canary needs a version served "
+                                      "to split with (push it without a canary first)")
+            self._upload(folder, name, version)
+            return self.canary(name, version, weight)
+
+        def check(doc: dict[str, Any] | None) -> None:
+            if doc is not None and doc["version"] != version and not force:
+                raise AdapterExists(f"adapter {name!r} exists (version {doc['version']}); push with force to replace it")
+
+        current, _ = self._read_ref(name)
+        check(current)
+        if current is not None and current["version"] == version:
+            return ref_of(name, current)
+        self._upload(folder, name, version)
+        move = AliasMove(version=version, at=now(), action="push", base=base, rank=cfg["r"])
+        ref = self._move(name, move, check=check)
+        log.info("published adapter %s version %s", name, version)
+        return ref
+
+    def _upload(self, folder: str | Path, name: str, version: str) -> None:
+        key = f"{self.root}{name}@{version}/"
+        self.s3.call("put_object", Key=key + WEIGHTS, Body=(Path(folder) / WEIGHTS).read_bytes())
+        self.s3.call("put_object", Key=key + CONFIG, Body=(Path(folder) / CONFIG).read_bytes())
+
+    def _update_ref(self, name: str, change) -> dict[str, Any]:
+        """Replace the ref with ``change(current document)`` in one conditional write
+        (:meth:`S3Bucket.replace_json`); ``change`` returns None to leave the ref as it is, and may
+        raise to refuse. Returns the document now in force."""
+        return self.s3.replace_json(self._ref_key(check_name(name)), change, f"adapter {name!r}")
+
+    def remove(self, name: str) -> AdapterRef:
+        """Unpublish ``name`` (ref first, so it disappears at once) and delete its versions."""
+        ref = self.resolve(name)
+        self.s3.call("delete_object", Key=f"{self.root}{REFS}/{name}.json")
+        kwargs: dict[str, Any] = {"Prefix": f"{self.root}{name}@"}
+        while True:
+            page = self.s3.call("list_objects_v2", **kwargs)
+            for obj in page.get("Contents", []):
+                self.s3.call("delete_object", Key=obj["Key"])
+            if not page.get("IsTruncated"):
+                break
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        return ref
+
+    def ensure_bucket(self) -> None:
+        """Create the bucket if missing (local S3 servers start empty)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError:
+            self.client.create_bucket(Bucket=self.bucket)

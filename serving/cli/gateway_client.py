@@ -1,0 +1,130 @@
+"""The gateway's management routes (``serving.ingress.management``) from the command line.
+
+:class:`GatewayAdapters` has the adapter store's methods (``push``, ``canary``, ``promote``,
+``abort_canary``, ``rollback``, ``remove``, ``list``, ``history``), so ``maze-serve adapters
+--gateway URL`` runs every adapter command through the gateway, where the caller's API key and
+role decide (403 otherwise), instead of writing S3 with the caller's own credentials.
+:func:`usage` reads ``GET /v1/usage`` for ``maze-serve usage``. HTTP errors come back as the
+serving errors they stand for, so the CLI's exit codes are the same on both paths.
+"""
+
+from __future__ import annotations
+
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from serving.adapters import CONFIG, WEIGHTS, AdapterRef, AliasMove, Canary
+from serving.errors import (
+    AdapterExists,
+    AdapterNotFound,
+    AdapterRefConflict,
+    AdapterStoreUnavailable,
+    BadRequest,
+    Forbidden,
+    NoCanary,
+    NoRollbackTarget,
+    RateLimited,
+    ServingError,
+    Unauthorized,
+)
+
+TIMEOUT_S = 600.0  # an upload of a large adapter takes a while
+_BY_CODE = {"adapter_not_found": AdapterNotFound, "model_not_found": AdapterNotFound, "adapter_exists": AdapterExists,
+            "no_rollback_target": NoRollbackTarget, "no_canary": NoCanary, "adapter_ref_conflict": AdapterRefConflict,
+            "adapter_store_unavailable": AdapterStoreUnavailable}
+_BY_STATUS = {401: Unauthorized, 403: Forbidden, 404: AdapterNotFound, 409: AdapterExists, 429: RateLimited}
+
+
+class GatewayUnreachable(AdapterStoreUnavailable):
+    """The gateway did not answer (or answered with a server error)."""
+
+    code = "gateway_unreachable"
+
+
+def error_of(resp: httpx.Response) -> ServingError:
+    """The serving error an error response stands for (its OpenAI-shaped body's code, else its status)."""
+    try:
+        err = resp.json()["error"]
+        message, code = str(err["message"]), err.get("code")
+    except (ValueError, KeyError, TypeError):
+        message, code = resp.text[:300] or resp.reason_phrase, None
+    cls = _BY_CODE.get(code) or _BY_STATUS.get(resp.status_code)
+    if cls is None:
+        cls = GatewayUnreachable if resp.status_code >= 500 else BadRequest
+    return cls(f"gateway answered {resp.status_code}: {message}")
+
+
+def _ref(doc: dict[str, Any]) -> AdapterRef:
+    canary = doc.get("canary")
+    return AdapterRef(**{**doc, "canary": Canary(**canary) if canary else None})
+
+
+class GatewayAdapters:
+    """Adapter management through a gateway (``base_url`` with or without ``/v1``)."""
+
+    def __init__(self, base_url: str, api_key: str | None, http: httpx.Client | None = None):
+        root = base_url.rstrip("/").removesuffix("/v1")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = http or httpx.Client(base_url=root, headers=headers, timeout=TIMEOUT_S)
+
+    def _call(self, method: str, path: str, **kwargs) -> Any:
+        try:
+            resp = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise GatewayUnreachable(f"gateway {self.http.base_url} unreachable: {type(exc).__name__}: {exc}") from None
+        if resp.status_code >= 400:
+            raise error_of(resp)
+        return resp.json()
+
+    def list(self) -> list[AdapterRef]:
+        return [_ref(d) for d in self._call("GET", "/v1/adapters")["data"]]
+
+    def history(self, name: str) -> list[AliasMove]:
+        return [AliasMove(**m) for m in self._call("GET", f"/v1/adapters/{name}/history")["data"]]
+
+    def push(self, folder: str | Path, name: str, *, base: str | None = None, force: bool = False,
+             canary: float | str | None = None, **_store_only: Any) -> AdapterRef:
+        """Upload FOLDER's adapter files as a tar; the gateway validates and publishes them."""
+        params: dict[str, Any] = {"force": str(force).lower()}
+        if base:
+            params["base"] = base
+        if canary is not None:
+            params["canary"] = canary
+        with tempfile.SpooledTemporaryFile(max_size=64 * 2**20) as buf:
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                for fname in (CONFIG, WEIGHTS):
+                    if (Path(folder) / fname).is_file():
+                        tar.add(Path(folder) / fname, arcname=fname)
+            buf.seek(0)
+            return _ref(self._call("POST", f"/v1/adapters/{name}/versions", params=params, content=buf.read(),
+                                   headers={"Content-Type": "application/x-tar"}))
+
+    def promote(self, name: str, version: str | None = None) -> AdapterRef:
+        return _ref(self._call("POST", f"/v1/adapters/{name}/promote", json={"version": version}))
+
+    def canary(self, name: str, version: str, weight: float | str) -> AdapterRef:
+        try:
+            weight = float(weight)
+        except ValueError:
+            raise BadRequest(f"canary weight {weight!r} is not a number") from None
+        return _ref(self._call("POST", f"/v1/adapters/{name}/canary", json={"version": version, "weight": weight}))
+
+    def abort_canary(self, name: str) -> AdapterRef:
+        return _ref(self._call("POST", f"/v1/adapters/{name}/abort"))
+
+    def rollback(self, name: str) -> AdapterRef:
+        return _ref(self._call("POST", f"/v1/adapters/{name}/rollback"))
+
+    def remove(self, name: str) -> AdapterRef:
+        return _ref(self._call("DELETE", f"/v1/adapters/{name}"))
+
+    def usage(self, since: str, key: str | None = None) -> dict[str, Any]:
+        params = {"since": since, **({"key": key} if key else {})}
+        return self._call("GET", "/v1/usage", params=params)
+
+
+__all__ = ["GatewayAdapters", "GatewayUnreachable", "error_of"]

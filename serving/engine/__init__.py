@@ -1,0 +1,66 @@
+"""The LLM replica and what its engine runs with: LoRA loading, CPU LoRA kernels, cores and allocator.
+
+:class:`GatewayLLMServer` is Ray Serve LLM's ``server_cls``: verified adapter downloads, one
+registration per adapter, the per-replica adapter LRU with pins (:class:`PinnedLRU`).
+:mod:`~serving.engine.lora_kernels` are grouped-by-adapter LoRA kernels for vLLM's CPU backend,
+installed by the worker extension :mod:`~serving.engine.lora_worker`;
+:mod:`~serving.engine.cpu_affinity` splits the cores between the engine's worker and everything
+else; :mod:`~serving.engine.allocator` picks the engine processes' malloc. The engine-bound
+classes import vLLM on first use; building the app names them by their import paths.
+"""
+
+import importlib
+from typing import TYPE_CHECKING
+
+from serving.engine.allocator import FALLBACK_ENV, allocator_env, describe_allocator, find_jemalloc
+from serving.engine.cpu_affinity import (
+    BIND_ENV,
+    CoreSplit,
+    bound_cores,
+    engine_start,
+    pin_session,
+    plan_core_split,
+    split_cores,
+)
+
+if TYPE_CHECKING:
+    from serving.engine.llm_server import GatewayLLMServer, PinnedLRU, VerifiedLoraLoader
+    from serving.engine.lora_worker import GroupedLoraWorkerExtension
+
+#: Ray Serve LLM's ``server_cls`` for every base model: the replica class's import path.
+SERVER_CLS_PATH = "serving.engine.llm_server:GatewayLLMServer"
+#: vLLM's ``worker_extension_cls`` that installs the grouped CPU LoRA kernels (a dotted path).
+WORKER_EXTENSION_PATH = "serving.engine.lora_worker.GroupedLoraWorkerExtension"
+_LAZY = {
+    "GatewayLLMServer": "serving.engine.llm_server",
+    "PinnedLRU": "serving.engine.llm_server",
+    "VerifiedLoraLoader": "serving.engine.llm_server",
+    "GroupedLoraWorkerExtension": "serving.engine.lora_worker",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:  # engine-bound: imported on first use
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "BIND_ENV",
+    "FALLBACK_ENV",
+    "SERVER_CLS_PATH",
+    "WORKER_EXTENSION_PATH",
+    "CoreSplit",
+    "GatewayLLMServer",
+    "GroupedLoraWorkerExtension",
+    "PinnedLRU",
+    "VerifiedLoraLoader",
+    "allocator_env",
+    "bound_cores",
+    "describe_allocator",
+    "engine_start",
+    "find_jemalloc",
+    "pin_session",
+    "plan_core_split",
+    "split_cores",
+]

@@ -1,0 +1,178 @@
+"""Replica side of the LoRA path: ``GatewayLLMServer`` (Ray Serve LLM's ``server_cls`` hook).
+
+It swaps Ray's adapter loader for :class:`VerifiedLoraLoader`, which fixes two gaps of Ray
+Serve LLM 2.60's loader:
+
+* a download is verified before vLLM sees it (both files present, config is JSON, the weights
+  parse as safetensors with LoRA tensors); Ray only logs per-file failures, so a partial or
+  corrupt adapter could reach the engine. A failed check deletes the folder (so a retry
+  downloads again) and raises :class:`~serving.errors.AdapterLoadFailed`;
+* concurrent first requests for one adapter share one registration in vLLM (Ray's
+  ``VLLMEngine.resolve_lora`` checks, then awaits the load, so the second request failed with
+  "adapter has already been loaded");
+* it does not read adapter_config.json through Ray's cached ``get_object_from_cloud`` (whose
+  negative cache remembers an S3 outage as "missing" for 30 s): the gateway already resolved
+  the versioned folder from the store's refs, so the loader downloads it directly.
+
+Versioned folder names (``name@version``, immutable) make the disk cache safe: a re-pushed
+adapter has a new folder, never a stale one under the old name.
+
+Residency is Ray's per-replica LRU (``max_num_adapters_per_replica`` = vLLM's ``max_loras``) with
+three changes (:class:`PinnedLRU`): pinned names (``serving.placement``) are never evicted and are
+loaded on every replica without waiting for a request; an evicted adapter is removed from the
+engine too, so what Ray routes by and what vLLM holds stay the same set; and each replica reports
+what it holds (last use, pinned) to the store and in its metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+
+from ray import serve
+from ray.llm._internal.common.utils.lora_utils import get_lora_id
+from ray.llm._internal.serve.core.server.llm_server import LLMServer
+from ray.llm._internal.serve.utils.lora_serve_utils import LoraMirrorConfig, LoraModelLoader
+from ray.serve.multiplex import _ModelMultiplexWrapper
+
+from serving.adapters import verify_adapter_folder
+from serving.engine import cpu_affinity
+from serving.errors import AdapterLoadFailed
+from serving.metrics import metric
+
+log = logging.getLogger(__name__)
+
+
+class VerifiedLoraLoader(LoraModelLoader):
+    """Ray's loader (shared in-flight downloads, disk cache, retries) plus verification."""
+
+    async def load_model_from_config(self, lora_model_id: str, llm_config):
+        uri = f"{llm_config.lora_config.dynamic_lora_loading_path}/{get_lora_id(lora_model_id)}"
+        mirror = LoraMirrorConfig(lora_model_id=lora_model_id, bucket_uri=uri, max_total_tokens=None, sync_args=None)
+        name, _, version = get_lora_id(lora_model_id).partition("@")
+        tags = {"adapter": name, "version": version}
+        start = time.perf_counter()
+        try:
+            loaded = await self.load_model(lora_model_id, mirror)
+        except Exception:
+            metric("loads").inc(tags={"result": "error", **tags})
+            raise
+        metric("loads").inc(tags={"result": "ok", **tags})
+        metric("load_latency").observe(time.perf_counter() - start, tags=tags)
+        return loaded
+
+    def _download_lora(self, lora_mirror_config: LoraMirrorConfig) -> str:
+        path = super()._download_lora(lora_mirror_config)
+        try:
+            verify_adapter_folder(path)
+        except AdapterLoadFailed as exc:
+            shutil.rmtree(path, ignore_errors=True)
+            raise AdapterLoadFailed(f"adapter {get_lora_id(lora_mirror_config.lora_model_id)!r}: {exc}") from None
+        return path
+
+
+MULTIPLEX_ATTR = "__serve_multiplex_wrapper"  # where serve.multiplexed keeps its per-function LRU
+
+
+class PinnedLRU(_ModelMultiplexWrapper):
+    """Ray's per-replica adapter LRU that never evicts a pinned adapter, removes an evicted one from
+    the engine, and keeps each adapter's last use (for ``adapters where``)."""
+
+    def __init__(self, func, max_models: int, server: GatewayLLMServer):
+        super().__init__(func, None, max_models)
+        self.server = server
+        self.last_used: dict[str, float] = {}
+        self.evictions = 0
+
+    async def load_model(self, model_id: str):
+        new = model_id not in self.models
+        self.last_used[model_id] = time.time()
+        loaded = await super().load_model(model_id)
+        if new:  # the report follows once the adapter is in (an eviction on the way marks it too)
+            self.server.placement_changed()
+        return loaded
+
+    async def unload_model_lru(self) -> None:
+        victim = next((m for m in self.models if m not in self.server.pinned_ids), None)
+        if victim is None:  # every slot pinned: pins are bounded below the slots, so only while they change
+            victim = next(iter(self.models))
+        self.models.move_to_end(victim, last=False)  # Ray unloads the first entry
+        await super().unload_model_lru()
+        self.last_used.pop(victim, None)
+        self.evictions += 1
+        name, _, version = get_lora_id(victim).partition("@")
+        metric("evictions").inc(tags={"adapter": name, "version": version})
+        await self.server.remove_from_engine(victim)
+        self.server.placement_changed()
+
+
+class GatewayLLMServer(LLMServer):
+    """Ray Serve LLM's ``LLMServer`` with the verifying adapter loader, race-free registration, pinned
+    adapters and placement reports."""
+
+    def _init_multiplex_loader(self, model_downloader_cls=None):
+        self._lora_registrations: dict[str, asyncio.Future] = {}
+        self.pinned_ids: set[str] = set()
+        self._lru: PinnedLRU | None = None
+        self._placement_task: asyncio.Task | None = None
+        self.placement_dirty = True  # the replica's report must be (re)written
+        super()._init_multiplex_loader(model_downloader_cls or VerifiedLoraLoader)
+        func = getattr(self._load_model, "__wrapped__", None)
+        mx = self._llm_config.multiplex_config()
+        if func is not None and mx is not None:
+            try:  # Ray's wrapper finds its LRU on the function: put ours there first
+                self._lru = PinnedLRU(func, mx.max_num_models_per_replica, self)
+                setattr(func, MULTIPLEX_ATTR, self._lru)
+            except Exception:  # noqa: BLE001 - outside a Serve replica (no context): Ray's own LRU
+                log.debug("no replica context: Ray's adapter LRU kept", exc_info=True)
+
+    async def start(self):
+        with cpu_affinity.engine_start():  # a replica Serve restarted after `up` moved the session
+            await super().start()
+        if self._lru is not None and self._llm_config.lora_config is not None:
+            from serving.placement import run_placement
+
+            self._placement_task = asyncio.ensure_future(run_placement(self))
+
+    def placement_changed(self) -> None:
+        self.placement_dirty = True
+
+    async def remove_from_engine(self, model_id: str) -> None:
+        """Drop an evicted adapter from vLLM's served names and its LoRA cache."""
+        try:
+            from vllm.entrypoints.serve.lora.protocol import UnloadLoRAAdapterRequest
+
+            models = getattr(self.engine, "_oai_models", None)
+            request = models.lora_requests.get(model_id) if models is not None else None
+            if request is None:
+                return
+            await models.unload_lora_adapter(UnloadLoRAAdapterRequest(lora_name=model_id))
+            client = getattr(self.engine, "_engine_client", None)
+            if client is not None:
+                await client.remove_lora(request.lora_int_id)
+        except Exception:  # noqa: BLE001 - a failed removal leaves it to vLLM's own LRU
+            log.warning("could not remove evicted adapter %s from the engine", model_id, exc_info=True)
+
+    async def ensure_resident(self, model_id: str) -> None:
+        """Load ``model_id`` (download, verify, register with the engine) unless it is resident."""
+        disk_lora_model = await self._load_model(model_id)
+        await self._register(model_id, disk_lora_model)
+
+    async def _maybe_resolve_lora_from_multiplex(self) -> None:
+        model_id = serve.get_multiplexed_model_id()
+        if not model_id:
+            return
+        if self._llm_config.lora_config is None:
+            raise ValueError("Must setup lora config for multiplexed requests.")
+        disk_lora_model = await self._load_model(model_id)
+        await self._register(model_id, disk_lora_model)
+
+    async def _register(self, model_id: str, disk_lora_model) -> None:
+        task = self._lora_registrations.get(model_id)
+        if task is None:
+            task = asyncio.ensure_future(self.engine.resolve_lora(disk_lora_model))
+            self._lora_registrations[model_id] = task
+            task.add_done_callback(lambda _: self._lora_registrations.pop(model_id, None))
+        await asyncio.shield(task)

@@ -1,0 +1,58 @@
+"""The gateway's HTTP side: the ingress deployment, its middlewares, management routes and request checks.
+
+:class:`GatewayIngress` is Ray Serve LLM's ``OpenAiIngress`` plus versioned adapters, keys,
+``/v1/models``, ``/health`` and ``/ready``; :func:`create_app` its FastAPI app with
+:mod:`~serving.ingress.middleware`'s middlewares, the management routes of
+:mod:`~serving.ingress.management` and the config's extensions; :class:`ColocatedGateway` the same
+ingress with its engine in one replica (``layout: colocated``), and :mod:`~serving.ingress.direct`
+Serve's direct ingress for it. :func:`check_request` runs on every engine route;
+:mod:`~serving.ingress.adapter_metrics` counts per adapter version and
+:mod:`~serving.ingress.replica_status` reads the replicas for ``/ready``. Everything that imports
+Ray Serve LLM's ingress (and so vLLM) loads on first use.
+"""
+
+import importlib
+from typing import TYPE_CHECKING
+
+from serving.ingress.direct import direct_ingress_env, direct_proxy_port
+from serving.ingress.request_checks import check_request
+
+if TYPE_CHECKING:
+    from serving.ingress.colocated import ColocatedGateway, server_class
+    from serving.ingress.gateway import ENDPOINTS, GatewayIngress, create_app, openai_error_handler
+    from serving.ingress.middleware import ApplicationErrorMiddleware, GatewayMiddleware
+
+#: The ingress class's import path, as Ray Serve LLM's ``ingress_cls`` takes it.
+INGRESS_CLS_PATH = "serving.ingress.gateway:GatewayIngress"
+_LAZY = {
+    "ENDPOINTS": "serving.ingress.gateway",
+    "GatewayIngress": "serving.ingress.gateway",
+    "create_app": "serving.ingress.gateway",
+    "openai_error_handler": "serving.ingress.gateway",
+    "ColocatedGateway": "serving.ingress.colocated",
+    "server_class": "serving.ingress.colocated",
+    "ApplicationErrorMiddleware": "serving.ingress.middleware",
+    "GatewayMiddleware": "serving.ingress.middleware",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:  # engine-bound: imported on first use
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "ENDPOINTS",
+    "INGRESS_CLS_PATH",
+    "ApplicationErrorMiddleware",
+    "ColocatedGateway",
+    "GatewayIngress",
+    "GatewayMiddleware",
+    "check_request",
+    "create_app",
+    "direct_ingress_env",
+    "direct_proxy_port",
+    "openai_error_handler",
+    "server_class",
+]

@@ -1,0 +1,289 @@
+"""The gateway's ingress: Ray Serve LLM's ``OpenAiIngress`` plus what its users expect.
+
+:class:`GatewayIngress` keeps every OpenAI route and streaming of the parent class and adds:
+
+* ``base:name`` -> ``base:name@version`` through the adapter store's refs (``serving.adapters.resolver``; an
+  explicit ``base:name@version`` is served as asked, current or not; a name with a canary is split
+  per session by ``serving.adapters.canary``),
+  so replicas load immutable, complete versions; unknown base 404, bad name 400, S3 trouble 503;
+* request checks (``serving.ingress.request_checks``: OpenAI's roles and a required ``model``, image URLs, bytes
+  and pixels) on every engine route before the engine sees the request, and, in
+  :class:`GatewayMiddleware`, the body size limit and request metrics;
+* API keys (``serving.auth.middleware``, inside that middleware: key, limits, usage): a model outside the
+  caller's scope is OpenAI's 404 before anything is looked up, and absent from ``/v1/models``;
+* ``/v1/models`` from the store (paginated, ``?after=&limit=``, ``agent_profile`` on bases),
+  ``/health``, ``/ready``, and the management routes of ``serving.ingress.management``;
+* one error handler: every error leaves as ``{"error": {"message", "type", "code"}}``.
+
+:func:`create_app` builds the FastAPI app the ingress is served with (Ray's own app factory, so
+Ray's HTTP metrics and request ids stay, plus the extension routers named in the config).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import time
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from ray.llm._internal.serve.core.configs.openai_api_models import OpenAIHTTPException
+from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS, OpenAiIngress
+from ray.llm._internal.serve.core.ingress.ingress import init as ray_ingress_app
+from ray.llm._internal.serve.core.ingress.middleware import get_request_id
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+
+from serving.adapters import AdapterResolver, AdapterStore, export_s3_env, serves_canary, session_key, split_model_name
+from serving.auth import (
+    CALLER,
+    Gate,
+    GateMiddleware,
+    authorize_model,
+    current,
+    note_model,
+    request_stream_usage,
+    visible,
+)
+from serving.config import ServingConfig
+from serving.errors import (
+    AdapterLoadFailed,
+    AdapterNotFound,
+    MissingParameter,
+    ModelNotFound,
+    ReplicaUnavailable,
+    ServingError,
+)
+from serving.ingress.adapter_metrics import RESOLVED_MODEL, with_adapter_metrics
+from serving.ingress.management import router as admin_router
+from serving.ingress.middleware import GatewayMiddleware, replace_application_error_middleware
+from serving.ingress.replica_status import degraded, replica_status
+from serving.ingress.request_checks import check_request
+from serving.metrics import metric
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 5.0
+
+
+# -- errors -------------------------------------------------------------------------------------
+def _openai_error(status: int, message: str, type_: str, code: Any) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": type_, "code": code}}, status_code=status)
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    # Ray re-raises a replica's exception as RayTaskError(<cause class>): report the cause itself.
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+def _replica_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the replica (its actor, worker or node) is gone, not that the request failed."""
+    from ray.exceptions import NodeDiedError, RayActorError, WorkerCrashedError
+
+    return isinstance(exc, (RayActorError, WorkerCrashedError, NodeDiedError))
+
+
+async def openai_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    """The one mapping of gateway, Ray and FastAPI errors to the OpenAI error shape."""
+    exc = _unwrap(exc)
+    if isinstance(exc, ServingError):
+        return JSONResponse(exc.to_openai(), status_code=exc.status_code)
+    if isinstance(exc, OpenAIHTTPException):
+        return _openai_error(exc.status_code, exc.message, exc.type, exc.status_code)
+    if isinstance(exc, RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        msg = f"invalid request: {first.get('msg', 'validation error')} at {'.'.join(map(str, first.get('loc', ())))}"
+        return _openai_error(400, msg, "invalid_request_error", "invalid_parameter")
+    if isinstance(exc, HTTPException):
+        kind = "invalid_request_error" if exc.status_code < 500 else "internal_error"
+        return _openai_error(exc.status_code, str(exc.detail), kind, exc.status_code)
+    log.exception("unhandled error on %s", request.url.path, exc_info=exc)
+    return _openai_error(500, f"internal error: {type(exc).__name__}", "internal_error", "internal_error")
+
+
+# -- the app ------------------------------------------------------------------------------------
+def load_router(path: str) -> APIRouter:
+    """Import ``module:attr`` and check it is an APIRouter (extensions are imported dynamically,
+    so serving never depends on the packages that provide them)."""
+    module, _, attr = path.partition(":")
+    router = getattr(importlib.import_module(module), attr)
+    if not isinstance(router, APIRouter):
+        raise TypeError(f"extension {path} is a {type(router).__name__}, not a FastAPI APIRouter")
+    return router
+
+
+def create_app(cfg: ServingConfig) -> FastAPI:
+    """Ray's ingress FastAPI app plus the gateway's error handler, middleware and extensions."""
+    app = ray_ingress_app()
+    replace_application_error_middleware(app)
+    for exc_cls in (ServingError, OpenAIHTTPException, HTTPException, RequestValidationError):
+        app.add_exception_handler(exc_cls, openai_error_handler)
+    app.include_router(admin_router)
+    for path in cfg.extensions:
+        app.include_router(load_router(path))
+    app.state.gateway_config, app.state.gate = cfg, Gate(cfg.auth)
+    # Added last = outermost: keys and limits (the gate) stop a request before any other work.
+    app.add_middleware(GateMiddleware, gate=app.state.gate)
+    app.add_middleware(GatewayMiddleware, max_body_bytes=cfg.limits.max_body_bytes,
+                       max_upload_bytes=cfg.limits.max_upload_bytes)
+    return app
+
+
+ENDPOINTS = {
+    **DEFAULT_ENDPOINTS,
+    # No response_model: the cards carry agent_profile and the list has_more.
+    "models": lambda app: app.get("/v1/models"),
+    "model_data": lambda app: app.get("/v1/models/{model:path}"),
+    "health": lambda app: app.get("/health"),
+    "ready": lambda app: app.get("/ready"),
+}
+
+
+class GatewayIngress(OpenAiIngress):
+    """OpenAI routes over the LLM deployments, with versioned adapters from the S3 store."""
+
+    def __init__(self, llm_deployments, model_cards, *, lora_paths=None, config: dict, **kwargs):
+        super().__init__(llm_deployments, model_cards, lora_paths=lora_paths, **kwargs)
+        self.cfg = ServingConfig.model_validate(config)
+        export_s3_env(self.cfg)
+        self.resolver = AdapterResolver(AdapterStore(self.cfg.adapters), self.cfg.adapters.resolve_ttl_s)
+        self._created = int(time.time())
+
+    # -- model resolution (every engine route goes through here) --------------------------------
+    async def _get_model_id(self, model: str | None) -> str:
+        return await self._resolve_model(model)
+
+    async def _resolve_model(self, model: str | None, key: str | None = None) -> str:
+        """``base`` or ``base:name@version`` for a request's model; a canary's version when the
+        name runs one and the session ``key`` falls in its share."""
+        if not model:  # OpenAI requires it; Ray would pick the only base and hide a forgotten adapter
+            raise MissingParameter("you must provide a model parameter ('<base>' or '<base>:<adapter>')")
+        if model == RESOLVED_MODEL.get():  # already resolved for this request: the parent's own lookup
+            return await super()._get_model_id(model)
+        authorize_model(model)  # outside the key's scope: OpenAI's 404, before anything is looked up
+        base, sep, name = model.partition(":")
+        if base not in self._model_cards:
+            raise ModelNotFound(f"model {model!r}: unknown base model {base!r}; served: {sorted(self._model_cards)}")
+        if not sep:
+            note_model(base)
+            return base
+        # base:name follows the alias; base:name@version pins one version, current or not.
+        adapter, version = split_model_name(name)
+        ref = await self.resolver.resolve(adapter, version)
+        if ref.base and ref.base != base:
+            raise AdapterNotFound(f"adapter {name!r} is published for base {ref.base!r}, not {base!r}")
+        note_model(f"{base}:{adapter}")
+        if version is None and ref.canary is not None:
+            # The split is a pure function of the ref and the key: a cached ref splits as a fresh one.
+            arm = "canary" if serves_canary(adapter, ref.canary, key) else "stable"
+            served = ref.canary.version if arm == "canary" else ref.version
+            metric("canary_routes").inc(tags={"adapter": adapter, "version": served, "arm": arm})
+            return f"{base}:{adapter}@{served}"
+        return f"{base}:{ref.folder}"
+
+    async def _get_response(self, *, body, call_method: str, raw_request=None):
+        # Every engine route (chat, completions, embeddings, score, tokenize, ...) passes here before
+        # the engine is called: nothing that fails the checks is parsed or decoded by vLLM.
+        check_request(body, self.cfg.limits)
+        async for item in super()._get_response(body=body, call_method=call_method, raw_request=raw_request):
+            yield item
+
+    @with_adapter_metrics
+    async def _process_llm_request(self, body, call_method: str, raw_request=None):
+        requested = body.model
+        key = session_key(raw_request.headers if raw_request is not None else None, getattr(body, "user", None),
+                          get_request_id(raw_request) if raw_request is not None else None)
+        # The engine looks the LoRA up by the request's model name: it must carry the version too.
+        body.model = await self._resolve_model(body.model, key)
+        if current() is not None and request_stream_usage(body):  # a keyed stream's tokens are counted
+            CALLER.get().strip_usage = True
+        RESOLVED_MODEL.set(body.model)
+        try:
+            return await super()._process_llm_request(body, call_method, raw_request=raw_request)
+        except (ServingError, HTTPException, OpenAIHTTPException, RequestValidationError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            cause = _unwrap(exc)
+            if isinstance(cause, ServingError):
+                raise cause from None
+            if _replica_lost(cause):  # not the adapter's fault: another replica can answer a retry
+                log.warning("replica lost while serving %s: %s", requested, cause)
+                raise ReplicaUnavailable(f"the replica serving {requested!r} was lost ({type(cause).__name__}); "
+                                         "retry the request") from None
+            if ":" not in (requested or ""):
+                raise
+            log.warning("adapter %s (%s) failed: %s", requested, body.model, cause)
+            raise AdapterLoadFailed(f"adapter {requested!r} could not be loaded: {type(cause).__name__}: "
+                                    f"{str(cause).splitlines()[0][:300] if str(cause) else ''}") from None
+
+    # -- listing ---------------------------------------------------------------------------------
+    def _base_card(self, base: str) -> dict[str, Any]:
+        spec = self.cfg.base(base)
+        card = self._model_cards[base].model_dump(mode="json")
+        card.update(object="model", created=self._created, owned_by="maze-gateway")
+        if spec is not None:
+            card["agent_profile"] = spec.agent_profile.model_dump()
+        return card
+
+    def _adapter_card(self, base: str, name: str) -> dict[str, Any]:
+        return {"id": f"{base}:{name}", "object": "model", "created": self._created, "owned_by": "maze-gateway",
+                "parent": base, "root": base, "agent_profile": self._base_card(base).get("agent_profile")}
+
+    async def models(self, after: str | None = Query(None, description="adapter id or name to start after"),
+                     limit: int | None = Query(None, ge=1, le=1000, description="adapters per page; none: all")):
+        """Base models (first page) and every published adapter under each base, in key order."""
+        store = self.resolver.store
+        after_name = after.partition(":")[2] or after if after else None
+        if limit is None:
+            names, has_more = await asyncio.to_thread(store.list_names), False
+        else:
+            names, has_more = await asyncio.to_thread(store.page_names, after_name, limit)
+        data = [self._base_card(b) for b in self._model_cards] if after_name is None else []
+        data += [self._adapter_card(b, n) for n in names for b in self._model_cards]
+        data = [card for card in data if visible(card["id"])]  # a key lists only what it may call
+        return {"object": "list", "data": data, "has_more": has_more}
+
+    async def model_data(self, model: str):
+        authorize_model(model)
+        base, sep, name = model.partition(":")
+        if base not in self._model_cards:
+            raise ModelNotFound(f"model {model!r} not found; served bases: {sorted(self._model_cards)}")
+        if sep:
+            # The card names the version the alias serves now: clients pin it as base:name@version.
+            ref = await self.resolver.resolve(*split_model_name(name))
+            card = {**self._adapter_card(base, name), "version": ref.version, "versioned_id": f"{base}:{ref.folder}"}
+            if ref.canary is not None and "@" not in name:
+                card["canary"] = {"version": ref.canary.version, "weight": ref.canary.weight,
+                                  "versioned_id": f"{base}:{name}@{ref.canary.version}"}
+            return card
+        return self._base_card(base)
+
+    # -- probes ----------------------------------------------------------------------------------
+    async def health(self):
+        return {"status": "ok"}
+
+    async def ready(self):
+        """200 when every base model's LLM deployment answers its health check, else 503; with
+        several replicas also each deployment's running replicas, target and nodes, and status
+        ``degraded`` while fewer run than the target (a lost node, until its replica is back)."""
+        async def probe(base: str) -> str:
+            try:
+                await asyncio.wait_for(self._default_serve_handles[base].check_health.remote(), READY_TIMEOUT_S)
+                return "ok"
+            except Exception as exc:  # noqa: BLE001 - any failure means not ready
+                return f"{type(exc).__name__}: {exc}"[:200]
+
+        bases = list(self._default_serve_handles)
+        results = dict(zip(bases, await asyncio.gather(*(probe(b) for b in bases))))
+        ok = all(v == "ok" for v in results.values())
+        body: dict[str, Any] = {"status": "ready" if ok else "not_ready", "models": results}
+        if self.cfg.replicas.max_replicas > 1:  # one replica: the health check already says it all
+            replicas = await asyncio.to_thread(replica_status, self.cfg.name)
+            if replicas is not None:
+                body["replicas"] = replicas
+                if ok and degraded(replicas):
+                    body["status"] = "degraded"  # serving, below the target replica count
+        return JSONResponse(body, status_code=200 if ok else 503)

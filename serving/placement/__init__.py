@@ -1,0 +1,40 @@
+"""Where adapters live across LLM replicas: the spread router, pins and replica reports, the replica's agent.
+
+:class:`AdapterSpreadRouter` (the LLM deployment's Ray Serve request router) keeps an adapter's
+requests on the replicas that hold it and spreads a hot one; :class:`PlacementStore` keeps pins
+and each replica's report beside the adapter store's refs; :func:`run_placement` is the task of
+an LLM replica that loads pinned adapters and reports what it holds. The router loads Ray
+Serve's router internals on first use: building the app names it by :data:`ROUTER_PATH`.
+"""
+
+import importlib
+from typing import TYPE_CHECKING
+
+from serving.placement.agent import run_placement
+from serving.placement.pins import PIN_REFRESH_S, REPORT_INTERVAL_S, REPORT_STALE_S, PlacementStore, where_rows
+
+if TYPE_CHECKING:
+    from serving.placement.router import AdapterSpreadRouter, spread_ranks
+
+#: The router's import path, as Ray Serve's ``request_router_class`` takes it.
+ROUTER_PATH = "serving.placement.router:AdapterSpreadRouter"
+_LAZY = {"AdapterSpreadRouter": "serving.placement.router", "spread_ranks": "serving.placement.router"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:  # engine-bound: imported on first use
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "PIN_REFRESH_S",
+    "REPORT_INTERVAL_S",
+    "REPORT_STALE_S",
+    "ROUTER_PATH",
+    "AdapterSpreadRouter",
+    "PlacementStore",
+    "run_placement",
+    "spread_ranks",
+    "where_rows",
+]

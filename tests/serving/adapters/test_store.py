@@ -1,0 +1,109 @@
+"""The S3 adapter store against a real local S3 server: validation, atomic versioned push."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from serving.adapters import AdapterStore, check_name, content_version, validate_adapter
+from serving.config import AdapterStoreSpec, ServingConfig
+from serving.errors import AdapterExists, AdapterInvalid, AdapterNotFound, AdapterStoreUnavailable, BadAdapterName
+
+from tests.support.adapter_store import make_adapter
+
+
+def test_push_resolve_list_remove(store, tmp_path):
+    a = make_adapter(tmp_path / "a")
+    ref = store.push(a, "maze-grpo", base="maze-tiny")
+    assert ref.version == content_version(a) and ref.rank == 8
+    assert store.resolve("maze-grpo") == ref
+    keys = sorted(o["Key"] for o in store.client.list_objects_v2(Bucket=store.bucket)["Contents"])
+    assert keys == ["lora/_refs/maze-grpo.json", f"lora/maze-grpo@{ref.version}/adapter_config.json",
+                    f"lora/maze-grpo@{ref.version}/adapter_model.safetensors"]
+    assert [r.name for r in store.list()] == ["maze-grpo"]
+    assert store.push(a, "maze-grpo") == ref  # identical files: no-op, no error
+    store.remove("maze-grpo")
+    with pytest.raises(AdapterNotFound, match="maze-grpo"):
+        store.resolve("maze-grpo")
+    assert store.list() == [] and "Contents" not in store.client.list_objects_v2(Bucket=store.bucket)
+
+
+def test_changed_adapter_is_refused_then_forced_to_a_new_version(store, tmp_path):
+    v1 = store.push(make_adapter(tmp_path / "v1", seed=1), "a1")
+    with pytest.raises(AdapterExists, match="force"):
+        store.push(make_adapter(tmp_path / "v2", seed=2), "a1")
+    v2 = store.push(tmp_path / "v2", "a1", force=True)
+    assert v2.version != v1.version and store.resolve("a1").version == v2.version
+
+
+def test_listing_paginates_past_1000(store):
+    # Refs are tiny objects; write 1005 directly to exercise S3 pagination (1000 keys a page).
+    body = json.dumps({"version": "abc", "base": None, "rank": 8, "pushed_at": "now"}).encode()
+    for i in range(1005):
+        store.client.put_object(Bucket=store.bucket, Key=f"lora/_refs/ad{i:04d}.json", Body=body)
+    names = store.list_names()
+    assert len(names) == 1005 and names[0] == "ad0000" and names[-1] == "ad1004"
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "a:b", "../x", "-x", "a b", "x" * 65, "é"])
+def test_bad_names(bad):
+    with pytest.raises(BadAdapterName):
+        check_name(bad)
+
+
+def test_validation_names_the_problem(tmp_path):
+    a = make_adapter(tmp_path / "a", rank=64)
+    with pytest.raises(AdapterInvalid, match="rank 64 exceeds"):
+        validate_adapter(a, base_source=None, max_rank=32)
+    b = make_adapter(tmp_path / "b", base="/models/other-model")
+    with pytest.raises(AdapterInvalid, match="trained on"):
+        validate_adapter(b, base_source="models/maze-tiny", max_rank=32)
+    c = make_adapter(tmp_path / "c")
+    (c / "adapter_model.safetensors").write_bytes(b"\x00garbage")
+    with pytest.raises(AdapterInvalid, match="does not load"):
+        validate_adapter(c, base_source=None, max_rank=32)
+    d = make_adapter(tmp_path / "d")
+    cfg = json.loads((d / "adapter_config.json").read_text())
+    (d / "adapter_config.json").write_text(json.dumps({**cfg, "peft_type": "PREFIX_TUNING"}))
+    with pytest.raises(AdapterInvalid, match="not a LoRA"):
+        validate_adapter(d, base_source=None, max_rank=32)
+    e = make_adapter(tmp_path / "e")
+    (e / "adapter_config.json").write_text(json.dumps({**cfg, "r": 4}))
+    with pytest.raises(AdapterInvalid, match="rank 8, config says 4"):
+        validate_adapter(e, base_source=None, max_rank=32)
+    (tmp_path / "f").mkdir()
+    with pytest.raises(AdapterInvalid, match="no adapter_config.json"):
+        validate_adapter(tmp_path / "f", base_source=None, max_rank=32)
+
+
+def test_invalid_adapter_uploads_nothing(store, tmp_path):
+    with pytest.raises(AdapterInvalid):
+        store.push(make_adapter(tmp_path / "big", rank=64), "big")
+    assert "Contents" not in store.client.list_objects_v2(Bucket=store.bucket)
+
+
+def test_s3_down_is_unavailable_not_missing(s3_server, tmp_path):
+    spec = AdapterStoreSpec(prefix="s3://adapters-down/lora", endpoint_url="http://127.0.0.1:9")
+    store = AdapterStore(spec)
+    with pytest.raises(AdapterStoreUnavailable, match="unreachable"):
+        store.resolve("maze-grpo")
+    with pytest.raises(AdapterStoreUnavailable):
+        store.list()
+
+
+def test_page_names(s3_server, tmp_path):
+    spec = ServingConfig.shipped("embedded").adapters.model_copy(
+        update={"endpoint_url": s3_server.url, "prefix": "s3://page-test/p"})
+    store = AdapterStore(spec)
+    store.ensure_bucket()
+    folder = make_adapter(tmp_path / "a")
+    for name in ("a1", "a2", "a3"):
+        store.push(folder, name)
+    assert store.page_names(None, 2) == (["a1", "a2"], True)
+    assert store.page_names("a2", 2) == (["a3"], False)
+    assert store.page_names(None, 10) == (["a1", "a2", "a3"], False)
+    # `after` becomes part of an S3 key: anything but an adapter name is refused before S3 sees it
+    for bad in ("\x00", "../a1", "a" * 65, "é"):
+        with pytest.raises(BadAdapterName):
+            store.page_names(bad, 2)

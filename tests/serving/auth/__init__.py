@@ -1,0 +1,1 @@
+"""Keys, per-key limits, usage and the key gate (serving.auth)."""

@@ -1,0 +1,1 @@
+"""maze-serve as a real command (serving.cli)."""

@@ -1,0 +1,1 @@
+"""Adapters across replicas (serving.placement): the spread router, pins and reports."""

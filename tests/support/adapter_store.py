@@ -1,0 +1,62 @@
+"""A real local S3 server (moto_server on 127.0.0.1, restartable on its port to test outages) and
+small, well-formed peft LoRA folders: what the adapter-store tests publish."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from serving.local import free_port
+
+
+class S3Server:
+    """moto_server in a subprocess, restartable on the same port (to test outages)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        exe = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
+        self.proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(self.url, timeout=1)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("moto_server did not start")
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+def make_adapter(folder: Path, *, rank: int = 8, base: str = "maze-tiny", seed: int = 0, hidden: int = 32) -> Path:
+    """A small, well-formed peft LoRA folder (config + safetensors weights)."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for proj in ("q_proj", "v_proj"):
+        stem = f"base_model.model.model.language_model.layers.0.self_attn.{proj}"
+        tensors[f"{stem}.lora_A.weight"] = rng.standard_normal((rank, hidden)).astype(np.float32)
+        tensors[f"{stem}.lora_B.weight"] = rng.standard_normal((hidden, rank)).astype(np.float32)
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    cfg = {"peft_type": "LORA", "r": rank, "lora_alpha": rank, "base_model_name_or_path": base,
+           "target_modules": ["q_proj", "v_proj"], "task_type": "CAUSAL_LM"}
+    (folder / "adapter_config.json").write_text(json.dumps(cfg))
+    return folder
