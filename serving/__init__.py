@@ -7,21 +7,27 @@ limits, usage), ``ingress/`` (the HTTP side), ``placement/`` (adapters across re
 """
 
 import importlib
-from typing import TYPE_CHECKING
 
 from serving.config import ServingConfig, load_config
 
-if TYPE_CHECKING:
-    from serving.app import build_app
-    from serving.local import ensure_embedded_gateway
-
+# Named, not imported: the rooms import this package first, and nothing that builds the app may
+# reach the process manager (local/) through it.
 _LAZY = {"build_app": "serving.app", "ensure_embedded_gateway": "serving.local"}
 
 
-def __getattr__(name: str):
-    if name in _LAZY:  # on first use: `import serving.config` stays light
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def lazy_exports(module: str, table: dict[str, str]):
+    """A module ``__getattr__`` (PEP 562) that imports ``table[name]`` the first time ``name`` is used:
+    the faces name engine-bound classes without importing vLLM or Ray Serve LLM with the package."""
+
+    def __getattr__(name: str):
+        if name in table:
+            return getattr(importlib.import_module(table[name]), name)
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__
 
 
-__all__ = ["ServingConfig", "build_app", "ensure_embedded_gateway", "load_config"]
+__getattr__ = lazy_exports(__name__, _LAZY)  # on first use: `import serving.config` stays light
+
+
+__all__ = ["ServingConfig", "build_app", "ensure_embedded_gateway", "lazy_exports", "load_config"]

@@ -9,9 +9,9 @@ else; :mod:`~serving.engine.allocator` picks the engine processes' malloc. The e
 classes import vLLM on first use; building the app names them by their import paths.
 """
 
-import importlib
 from typing import TYPE_CHECKING
 
+from serving import lazy_exports
 from serving.engine.allocator import FALLBACK_ENV, allocator_env, describe_allocator, find_jemalloc
 from serving.engine.cpu_affinity import (
     BIND_ENV,
@@ -38,11 +38,7 @@ _LAZY = {
     "GroupedLoraWorkerExtension": "serving.engine.lora_worker",
 }
 
-
-def __getattr__(name: str):
-    if name in _LAZY:  # engine-bound: imported on first use
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on first use
 
 
 __all__ = [

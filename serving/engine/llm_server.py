@@ -139,6 +139,22 @@ class GatewayLLMServer(LLMServer):
     def placement_changed(self) -> None:
         self.placement_dirty = True
 
+    # -- what the placement agent (serving.placement) reads ----------------------------------------
+    @property
+    def resident(self) -> PinnedLRU | None:
+        """The replica's resident adapters (None outside a Serve replica: Ray's own LRU then)."""
+        return self._lru
+
+    @property
+    def base_model_id(self) -> str:
+        return self._llm_config.model_id
+
+    @property
+    def adapter_path(self) -> str | None:
+        """Where the replica downloads adapters from (the store's prefix; None without LoRA)."""
+        lora = self._llm_config.lora_config
+        return lora.dynamic_lora_loading_path if lora is not None else None
+
     async def remove_from_engine(self, model_id: str) -> None:
         """Drop an evicted adapter from vLLM's served names and its LoRA cache."""
         try:

@@ -11,9 +11,9 @@ Serve's direct ingress for it. :func:`check_request` runs on every engine route;
 Ray Serve LLM's ingress (and so vLLM) loads on first use.
 """
 
-import importlib
 from typing import TYPE_CHECKING
 
+from serving import lazy_exports
 from serving.ingress.direct import direct_ingress_env, direct_proxy_port
 from serving.ingress.request_checks import check_request
 
@@ -35,11 +35,7 @@ _LAZY = {
     "GatewayMiddleware": "serving.ingress.middleware",
 }
 
-
-def __getattr__(name: str):
-    if name in _LAZY:  # engine-bound: imported on first use
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on first use
 
 
 __all__ = [

@@ -95,10 +95,10 @@ def stop_group(sid: int, grace_s: float = 20.0, kill_wait_s: float = 10.0) -> li
     pids: list[int] = []
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        alive = [p for p in session_pids(sid) if alive(p)]
-        if not alive:
+        running = [p for p in session_pids(sid) if alive(p)]
+        if not running:
             break
-        for pid in alive:
+        for pid in running:
             if pid not in pids:
                 pids.append(pid)
                 try:

@@ -7,9 +7,9 @@ an LLM replica that loads pinned adapters and reports what it holds. The router 
 Serve's router internals on first use: building the app names it by :data:`ROUTER_PATH`.
 """
 
-import importlib
 from typing import TYPE_CHECKING
 
+from serving import lazy_exports
 from serving.placement.agent import run_placement
 from serving.placement.pins import PIN_REFRESH_S, REPORT_INTERVAL_S, REPORT_STALE_S, PlacementStore, where_rows
 
@@ -20,11 +20,7 @@ if TYPE_CHECKING:
 ROUTER_PATH = "serving.placement.router:AdapterSpreadRouter"
 _LAZY = {"AdapterSpreadRouter": "serving.placement.router", "spread_ranks": "serving.placement.router"}
 
-
-def __getattr__(name: str):
-    if name in _LAZY:  # engine-bound: imported on first use
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on first use
 
 
 __all__ = [

@@ -26,7 +26,7 @@ TICK_S = 1.0
 
 
 def _store(server) -> PlacementStore:
-    spec = AdapterStoreSpec(prefix=server._llm_config.lora_config.dynamic_lora_loading_path,
+    spec = AdapterStoreSpec(prefix=server.adapter_path,
                             endpoint_url=os.environ.get("AWS_ENDPOINT_URL_S3") or None,
                             region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
     return PlacementStore(AdapterStore(spec))
@@ -55,19 +55,19 @@ def pinned_model_ids(placement: PlacementStore, base: str) -> set[str]:
 
 
 def report(server, node: str) -> dict:
-    lru = server._lru
+    lru = server.resident
     resident = [{"id": m, "last_used": lru.last_used.get(m), "pinned": m in server.pinned_ids} for m in lru.models]
-    return {"node": node, "base": server._llm_config.model_id, "resident": resident,
+    return {"node": node, "base": server.base_model_id, "resident": resident,
             "slots": lru.max_num_models_per_replica, "evictions": lru.evictions}
 
 
 async def _refresh_pins(server, placement: PlacementStore) -> None:
-    base = server._llm_config.model_id
+    base = server.base_model_id
     pinned = await asyncio.to_thread(pinned_model_ids, placement, base)
     if pinned != server.pinned_ids:
         server.pinned_ids = pinned
         server.placement_changed()
-    for model_id in sorted(pinned - set(server._lru.models)):
+    for model_id in sorted(pinned - set(server.resident.models)):
         await server.ensure_resident(model_id)
 
 
