@@ -12,16 +12,17 @@ from serving.config import ServingConfig, load_config
 
 # Named, not imported: the rooms import this package first, and nothing that builds the app may
 # reach the process manager (local/) through it.
-_LAZY = {"build_app": "serving.app", "ensure_embedded_gateway": "serving.local"}
+_LAZY = {"serving.app": ("build_app",), "serving.local": ("ensure_embedded_gateway",)}
 
 
-def lazy_exports(module: str, table: dict[str, str]):
-    """A module ``__getattr__`` (PEP 562) that imports ``table[name]`` the first time ``name`` is used:
-    the faces name engine-bound classes without importing vLLM or Ray Serve LLM with the package."""
+def lazy_exports(module: str, names_by_module: dict[str, tuple[str, ...]]):
+    """A module ``__getattr__`` (PEP 562) that imports a name's module the first time the name is
+    used: the faces name engine-bound classes without importing vLLM or Ray Serve LLM with the package."""
+    home = {name: source for source, names in names_by_module.items() for name in names}
 
     def __getattr__(name: str):
-        if name in table:
-            return getattr(importlib.import_module(table[name]), name)
+        if name in home:
+            return getattr(importlib.import_module(home[name]), name)
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     return __getattr__

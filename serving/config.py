@@ -1,6 +1,6 @@
 """``ServingConfig``: the one source of truth for a gateway deployment.
 
-The Ray Serve LLM app (``serving.builder``) and the KubeRay RayService manifest
+The Ray Serve LLM app (``serving.app``) and the KubeRay RayService manifest
 (``serving.k8s``) are both derived from it. Shipped configs live in ``serving/configs/``.
 """
 

@@ -14,27 +14,7 @@ from serving.adapters.resolver import AdapterResolver
 from serving.adapters.s3 import LOCAL_S3_CREDENTIALS, ObjectChanged, S3Bucket, export_s3_env, is_local, s3_env
 from serving.adapters.store import AdapterStore
 
-__all__ = [
-    "CONFIG",
-    "LOCAL_S3_CREDENTIALS",
-    "WEIGHTS",
-    "AdapterRef",
-    "AdapterResolver",
-    "AdapterStore",
-    "AliasMove",
-    "Canary",
-    "ObjectChanged",
-    "S3Bucket",
-    "check_name",
-    "check_version",
-    "check_weight",
-    "content_version",
-    "export_s3_env",
-    "is_local",
-    "s3_env",
-    "serves_canary",
-    "session_key",
-    "split_model_name",
-    "validate_adapter",
-    "verify_adapter_folder",
-]
+__all__ = ["CONFIG", "LOCAL_S3_CREDENTIALS", "WEIGHTS", "AdapterRef", "AdapterResolver", "AdapterStore", "AliasMove",
+           "Canary", "ObjectChanged", "S3Bucket", "check_name", "check_version", "check_weight", "content_version",
+           "export_s3_env", "is_local", "s3_env", "serves_canary", "session_key", "split_model_name",
+           "validate_adapter", "verify_adapter_folder"]

@@ -13,29 +13,7 @@ from serving.auth.keys import ADMIN_ACTIONS, PUBLISH_ACTIONS, KeyRing, Principal
 from serving.auth.middleware import OPEN_PATHS, Gate, GateMiddleware
 from serving.auth.usage import LocalUsage, RedisUsage, make_usage, request_stream_usage, usage_of
 
-__all__ = [
-    "ADMIN_ACTIONS",
-    "CALLER",
-    "OPEN_PATHS",
-    "PUBLISH_ACTIONS",
-    "Caller",
-    "Decision",
-    "Gate",
-    "GateMiddleware",
-    "KeyRing",
-    "LocalLimiter",
-    "LocalUsage",
-    "Principal",
-    "RedisLimiter",
-    "RedisUsage",
-    "authorize_model",
-    "current",
-    "digest",
-    "make_limiter",
-    "make_usage",
-    "note_model",
-    "parse_key_file",
-    "request_stream_usage",
-    "usage_of",
-    "visible",
-]
+__all__ = ["ADMIN_ACTIONS", "CALLER", "OPEN_PATHS", "PUBLISH_ACTIONS", "Caller", "Decision", "Gate", "GateMiddleware",
+           "KeyRing", "LocalLimiter", "LocalUsage", "Principal", "RedisLimiter", "RedisUsage", "authorize_model",
+           "current", "digest", "make_limiter", "make_usage", "note_model", "parse_key_file", "request_stream_usage",
+           "usage_of", "visible"]

@@ -5,7 +5,7 @@ For each HTTP request but the probes (``/health``, ``/ready``), with auth on:
 1. the bearer token is looked up (``serving.auth.keys``): missing or unknown is 401;
 2. the key's limits are applied (``serving.auth.key_limits``): over one is 429 with ``Retry-After``;
    every response of a limited key carries OpenAI's ``x-ratelimit-*`` headers;
-3. the request runs with the key as :data:`serving.auth.keys.CALLER`: the ingress answers a model
+3. the request runs with the key as :data:`serving.auth.caller.CALLER`: the ingress answers a model
    outside the key's scope with OpenAI's 404 and lists only the models in it, the management
    routes check the key's role (403);
 4. when it has ended, its tokens (read from the response's usage) are charged to the key's token

@@ -31,32 +31,12 @@ if TYPE_CHECKING:
 SERVER_CLS_PATH = "serving.engine.llm_server:GatewayLLMServer"
 #: vLLM's ``worker_extension_cls`` that installs the grouped CPU LoRA kernels (a dotted path).
 WORKER_EXTENSION_PATH = "serving.engine.lora_worker.GroupedLoraWorkerExtension"
-_LAZY = {
-    "GatewayLLMServer": "serving.engine.llm_server",
-    "PinnedLRU": "serving.engine.llm_server",
-    "VerifiedLoraLoader": "serving.engine.llm_server",
-    "GroupedLoraWorkerExtension": "serving.engine.lora_worker",
-}
+_LAZY = {"serving.engine.llm_server": ("GatewayLLMServer", "PinnedLRU", "VerifiedLoraLoader"),
+         "serving.engine.lora_worker": ("GroupedLoraWorkerExtension",)}
 
 __getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on first use
 
 
-__all__ = [
-    "BIND_ENV",
-    "FALLBACK_ENV",
-    "SERVER_CLS_PATH",
-    "WORKER_EXTENSION_PATH",
-    "CoreSplit",
-    "GatewayLLMServer",
-    "GroupedLoraWorkerExtension",
-    "PinnedLRU",
-    "VerifiedLoraLoader",
-    "allocator_env",
-    "bound_cores",
-    "describe_allocator",
-    "engine_start",
-    "find_jemalloc",
-    "pin_session",
-    "plan_core_split",
-    "split_cores",
-]
+__all__ = ["BIND_ENV", "FALLBACK_ENV", "SERVER_CLS_PATH", "WORKER_EXTENSION_PATH", "CoreSplit", "GatewayLLMServer",
+           "GroupedLoraWorkerExtension", "PinnedLRU", "VerifiedLoraLoader", "allocator_env", "bound_cores",
+           "describe_allocator", "engine_start", "find_jemalloc", "pin_session", "plan_core_split", "split_cores"]

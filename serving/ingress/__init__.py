@@ -24,31 +24,13 @@ if TYPE_CHECKING:
 
 #: The ingress class's import path, as Ray Serve LLM's ``ingress_cls`` takes it.
 INGRESS_CLS_PATH = "serving.ingress.gateway:GatewayIngress"
-_LAZY = {
-    "ENDPOINTS": "serving.ingress.gateway",
-    "GatewayIngress": "serving.ingress.gateway",
-    "create_app": "serving.ingress.gateway",
-    "openai_error_handler": "serving.ingress.gateway",
-    "ColocatedGateway": "serving.ingress.colocated",
-    "server_class": "serving.ingress.colocated",
-    "ApplicationErrorMiddleware": "serving.ingress.middleware",
-    "GatewayMiddleware": "serving.ingress.middleware",
-}
+_LAZY = {"serving.ingress.gateway": ("ENDPOINTS", "GatewayIngress", "create_app", "openai_error_handler"),
+         "serving.ingress.colocated": ("ColocatedGateway", "server_class"),
+         "serving.ingress.middleware": ("ApplicationErrorMiddleware", "GatewayMiddleware")}
 
 __getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on first use
 
 
-__all__ = [
-    "ENDPOINTS",
-    "INGRESS_CLS_PATH",
-    "ApplicationErrorMiddleware",
-    "ColocatedGateway",
-    "GatewayIngress",
-    "GatewayMiddleware",
-    "check_request",
-    "create_app",
-    "direct_ingress_env",
-    "direct_proxy_port",
-    "openai_error_handler",
-    "server_class",
-]
+__all__ = ["ENDPOINTS", "INGRESS_CLS_PATH", "ApplicationErrorMiddleware", "ColocatedGateway", "GatewayIngress",
+           "GatewayMiddleware", "check_request", "create_app", "direct_ingress_env", "direct_proxy_port",
+           "openai_error_handler", "server_class"]

@@ -2,15 +2,15 @@
 
 :class:`GatewayIngress` keeps every OpenAI route and streaming of the parent class and adds:
 
-* ``base:name`` -> ``base:name@version`` through the adapter store's refs (``serving.adapters.resolver``; an
-  explicit ``base:name@version`` is served as asked, current or not; a name with a canary is split
-  per session by ``serving.adapters.canary``),
-  so replicas load immutable, complete versions; unknown base 404, bad name 400, S3 trouble 503;
-* request checks (``serving.ingress.request_checks``: OpenAI's roles and a required ``model``, image URLs, bytes
-  and pixels) on every engine route before the engine sees the request, and, in
-  :class:`GatewayMiddleware`, the body size limit and request metrics;
-* API keys (``serving.auth.middleware``, inside that middleware: key, limits, usage): a model outside the
-  caller's scope is OpenAI's 404 before anything is looked up, and absent from ``/v1/models``;
+* ``base:name`` -> ``base:name@version`` through the adapter store's refs (``serving.adapters``'
+  resolver; an explicit ``base:name@version`` is served as asked, current or not; a name with a
+  canary is split per session), so replicas load immutable, complete versions; unknown base 404,
+  bad name 400, S3 trouble 503;
+* request checks (``serving.ingress.request_checks``: OpenAI's roles and a required ``model``,
+  image URLs, bytes and pixels) on every engine route before the engine sees the request, and, in
+  :class:`~serving.ingress.middleware.GatewayMiddleware`, the body size limit and request metrics;
+* API keys (``serving.auth``'s gate, inside that middleware: key, limits, usage): a model outside
+  the caller's scope is OpenAI's 404 before anything is looked up, and absent from ``/v1/models``;
 * ``/v1/models`` from the store (paginated, ``?after=&limit=``, ``agent_profile`` on bases),
   ``/health``, ``/ready``, and the management routes of ``serving.ingress.management``;
 * one error handler: every error leaves as ``{"error": {"message", "type", "code"}}``.

@@ -18,19 +18,10 @@ if TYPE_CHECKING:
 
 #: The router's import path, as Ray Serve's ``request_router_class`` takes it.
 ROUTER_PATH = "serving.placement.router:AdapterSpreadRouter"
-_LAZY = {"AdapterSpreadRouter": "serving.placement.router", "spread_ranks": "serving.placement.router"}
+_LAZY = {"serving.placement.router": ("AdapterSpreadRouter", "spread_ranks")}
 
 __getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on first use
 
 
-__all__ = [
-    "PIN_REFRESH_S",
-    "REPORT_INTERVAL_S",
-    "REPORT_STALE_S",
-    "ROUTER_PATH",
-    "AdapterSpreadRouter",
-    "PlacementStore",
-    "run_placement",
-    "spread_ranks",
-    "where_rows",
-]
+__all__ = ["PIN_REFRESH_S", "REPORT_INTERVAL_S", "REPORT_STALE_S", "ROUTER_PATH", "AdapterSpreadRouter",
+           "PlacementStore", "run_placement", "spread_ranks", "where_rows"]
