@@ -109,8 +109,7 @@ def eval_wall(url: str, adapter: str | None, db: str) -> dict:
 
 
 def push_copies(cfg, folder: Path, names: list[str]) -> None:
-    from serving.adapters import export_s3_env
-    from serving.adapters import AdapterStore
+    from serving.adapters import AdapterStore, export_s3_env
 
     export_s3_env(cfg)
     store, spec = AdapterStore(cfg.adapters), cfg.base_models[0]

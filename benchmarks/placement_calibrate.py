@@ -178,8 +178,7 @@ def _cold_summary(rows: list[dict], stream: list[tuple[float, float]]) -> dict:
 
 
 def _pusher(cfg):
-    from serving.adapters import export_s3_env
-    from serving.adapters import AdapterStore
+    from serving.adapters import AdapterStore, export_s3_env
 
     export_s3_env(cfg)
     store, spec = AdapterStore(cfg.adapters), cfg.base_models[0]

@@ -120,8 +120,8 @@ class LoraSpec(_Model):
     cpu_kernels: Literal["grouped", "vllm"] = Field(
         "grouped",
         description=(
-            "LoRA arithmetic of CPU engines. 'grouped': the kernels of serving.engine.lora_kernels (token rows grouped by "
-            "adapter, two small matrix products per group), installed into the engine's worker through "
+            "LoRA arithmetic of CPU engines. 'grouped': the kernels of serving.engine.lora_kernels (token rows "
+            "grouped by adapter, two small matrix products per group), installed into the engine's worker through "
             "vLLM's worker_extension_cls; 'vllm': vLLM's own CPU ops, which copy the LoRA weights once per "
             "token (~12x slower evaluation through an adapter; docs/benchmarks.md). No effect on GPU engines"
         ),

@@ -146,7 +146,8 @@ class AliasMoves:
         known = next((m for m in history_of(doc) if m["version"] == version), None)
         if known is not None:
             return known.get("base"), known.get("rank")
-        rank = json.loads(self.s3.call("get_object", Key=f"{self.root}{name}@{version}/{CONFIG}")["Body"].read()).get("r")
+        config = self.s3.call("get_object", Key=f"{self.root}{name}@{version}/{CONFIG}")
+        rank = json.loads(config["Body"].read()).get("r")
         return doc.get("base"), rank if isinstance(rank, int) else None
 
     def _published(self, name: str):

@@ -59,6 +59,7 @@ __all__ = ["AdapterStore"]
 
 log = logging.getLogger(__name__)
 
+
 class AdapterStore(AliasMoves):
     """Adapters under an S3 prefix. S3 failures become :class:`AdapterStoreUnavailable` (503),
     never "not found", so a transient outage is not remembered as a missing adapter (``s3``: the

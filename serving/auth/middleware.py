@@ -104,7 +104,8 @@ class GateMiddleware:
             return await self.app(scope, receive, send)
         principal = self.gate.keys.lookup(bearer(scope["headers"]))
         if principal is None:
-            return await send_openai_error(send, Unauthorized("missing or invalid API key (send 'Authorization: Bearer <key>')"))
+            refused = Unauthorized("missing or invalid API key (send 'Authorization: Bearer <key>')")
+            return await send_openai_error(send, refused)
         # Extension routes (evaluation.api) read the caller's scope from the request state.
         scope.setdefault("state", {})["model_visible"] = principal.may_call
         if path.startswith(UNMETERED):
@@ -122,8 +123,8 @@ class GateMiddleware:
         decision = await self.gate.limiter.admit(principal.name, principal.limits, request_id)
         if not decision.admitted:
             cls = TokenRateLimited if decision.refused == "tokens" else RateLimited
-            await send_openai_error(send, cls(decision.message(principal.name, principal.limits.window_s or self.gate.spec.limit_window_s)),
-                             decision.headers())
+            window_s = principal.limits.window_s or self.gate.spec.limit_window_s
+            await send_openai_error(send, cls(decision.message(principal.name, window_s)), decision.headers())
         return decision
 
     async def _metered(self, principal: Principal, path: str, scope, receive, send) -> None:

@@ -1,4 +1,5 @@
-"""``maze-serve adapters ...``: list, push, promote, roll back, canary and remove adapters, in S3 or through a gateway."""
+"""``maze-serve adapters ...``: list, push, promote, roll back, canary and remove adapters, in S3 or
+through a gateway's management routes."""
 
 from __future__ import annotations
 

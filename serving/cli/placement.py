@@ -24,6 +24,7 @@ def adapters_pin(ctx: click.Context, name: str) -> None:
     click.echo(f"pinned {name} ({len(pins)} of {cfg.lora.adapters_per_replica} slots per replica pinned); "
                f"replicas load it within {PIN_REFRESH_S:.0f}s")
 
+
 @click.command("unpin")
 @click.argument("name")
 @click.pass_context
@@ -31,6 +32,7 @@ def adapters_unpin(ctx: click.Context, name: str) -> None:
     """Let NAME be evicted again like any other adapter."""
     pins = PlacementStore(s3_store(config_of(ctx))).unpin(name)
     click.echo(f"unpinned {name}; pinned now: {', '.join(sorted(pins)) or 'none'}")
+
 
 @click.command("where")
 @json_option()

@@ -8,25 +8,26 @@ ingress with its engine in one replica (``layout: colocated``), and :mod:`~servi
 Serve's direct ingress for it. :func:`check_request` runs on every engine route;
 :mod:`~serving.ingress.adapter_metrics` counts per adapter version and
 :mod:`~serving.ingress.replica_status` reads the replicas for ``/ready``. Everything that imports
-Ray Serve LLM's ingress (and so vLLM) loads on first use.
+Ray Serve LLM's ingress (and so vLLM), or PIL, loads on first use.
 """
 
 from typing import TYPE_CHECKING
 
 from serving import lazy_exports
 from serving.ingress.direct import direct_ingress_env, direct_proxy_port
-from serving.ingress.request_checks import check_request
 
 if TYPE_CHECKING:
     from serving.ingress.colocated import ColocatedGateway, server_class
     from serving.ingress.gateway import ENDPOINTS, GatewayIngress, create_app, openai_error_handler
     from serving.ingress.middleware import ApplicationErrorMiddleware, GatewayMiddleware
+    from serving.ingress.request_checks import check_request
 
 #: The ingress class's import path, as Ray Serve LLM's ``ingress_cls`` takes it.
 INGRESS_CLS_PATH = "serving.ingress.gateway:GatewayIngress"
 _LAZY = {"serving.ingress.gateway": ("ENDPOINTS", "GatewayIngress", "create_app", "openai_error_handler"),
          "serving.ingress.colocated": ("ColocatedGateway", "server_class"),
-         "serving.ingress.middleware": ("ApplicationErrorMiddleware", "GatewayMiddleware")}
+         "serving.ingress.middleware": ("ApplicationErrorMiddleware", "GatewayMiddleware"),
+         "serving.ingress.request_checks": ("check_request",)}
 
 __getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on first use
 

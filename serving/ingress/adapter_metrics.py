@@ -23,6 +23,7 @@ from serving.metrics import metric
 # only a resolved model labels metrics, so label values are bounded by the store, never by client text.
 RESOLVED_MODEL: contextvars.ContextVar[str | None] = contextvars.ContextVar("maze_resolved_model", default=None)
 
+
 def adapter_labels(model: str | None) -> dict[str, str] | None:
     """``base:name@version`` -> ``{"base", "adapter", "version"}``; None for anything else."""
     base, sep, rest = (model or "").partition(":")

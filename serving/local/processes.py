@@ -132,4 +132,5 @@ def wait_for(fn: Callable[[], bool], timeout: float, interval: float = 0.5) -> b
     return False
 
 
-__all__ = ["RAY_GRACE_S", "alive", "http_status", "listening", "port_free", "reap", "session_pids", "stop_group", "wait_for"]
+__all__ = ["RAY_GRACE_S", "alive", "http_status", "listening", "port_free", "reap", "session_pids", "stop_group",
+           "wait_for"]

@@ -16,6 +16,7 @@ def test_extensions_validated():
     with pytest.raises(ValueError, match="import paths"):
         ServingConfig.model_validate({**cfg.model_dump(), "extensions": ["not a path"]})
 
+
 def test_llm_configs_follow_the_config():
     cfg = ServingConfig.shipped("production")
     (llm,) = llm_config_dicts(cfg)
@@ -37,6 +38,7 @@ def test_llm_configs_follow_the_config():
     args = serving_args(cfg)
     assert args["ingress_cls_config"]["ingress_cls"] == "serving.ingress.gateway:GatewayIngress"
     assert args["ingress_deployment_config"]["ray_actor_options"]["num_cpus"] == 0
+
 
 def test_llm_serving_args_validate():
     from ray.llm._internal.serve.core.ingress.builder import LLMServingArgs

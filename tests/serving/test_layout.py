@@ -17,6 +17,17 @@ ROOT = Path(__file__).resolve().parents[2]
 ROOMS = ("adapters", "auth", "ingress", "placement", "engine", "local", "cli")
 
 
+@pytest.fixture(autouse=True)
+def _stock_platform_afterwards():
+    """Importing the worker extension installs the grouped kernels into this process's vLLM: put
+    the stock ones back, as tests/serving/engine/test_lora_kernels.py does, for the tests after."""
+    yield
+    if "serving.engine.lora_worker" in sys.modules:
+        from serving.engine.lora_kernels import uninstall
+
+        uninstall()
+
+
 def _resolve(path: str):
     """``module:attr`` (Ray's and pip's form) or ``module.attr`` (vLLM's ``worker_extension_cls``)."""
     module, sep, attr = path.partition(":")
@@ -25,11 +36,33 @@ def _resolve(path: str):
     return getattr(importlib.import_module(module), attr)
 
 
-@pytest.mark.parametrize("room", ROOMS)
+@pytest.mark.parametrize("room", ["", *ROOMS])
 def test_every_name_a_face_exports_resolves(room):
-    face = importlib.import_module(f"serving.{room}")
+    face = importlib.import_module(f"serving.{room}".rstrip("."))
     missing = [name for name in face.__all__ if getattr(face, name, None) is None]
     assert missing == []
+
+
+def _lazy_table(face: Path) -> set[str]:
+    """The names a face loads on first use (its ``_LAZY`` table, read from the source)."""
+    for node in ast.parse(face.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_LAZY":
+            return {name for names in ast.literal_eval(node.value).values() for name in names}
+    return set()
+
+
+def _type_checking_names(face: Path) -> set[str]:
+    """The names a face imports under ``if TYPE_CHECKING:`` (for type checkers and the import graph)."""
+    for node in ast.parse(face.read_text()).body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            return {alias.asname or alias.name for imp in node.body for alias in imp.names}
+    return set()
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_a_faces_lazy_names_are_the_ones_it_names_for_type_checkers(room):
+    face = ROOT / "serving" / room / "__init__.py"
+    assert _lazy_table(face) == _type_checking_names(face)
 
 
 def test_a_face_refuses_a_name_it_does_not_have():

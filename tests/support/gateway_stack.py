@@ -14,8 +14,7 @@ import openai
 import pytest
 from PIL import Image
 
-from serving.adapters import export_s3_env
-from serving.adapters import AdapterStore
+from serving.adapters import AdapterStore, export_s3_env
 
 KEY = "sk-test-maze"
 KEY_ENV = "MAZE_TEST_API_KEYS"

@@ -9,8 +9,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from serving.adapters import s3_env
-from serving.adapters import AdapterStore
+from serving.adapters import AdapterStore, s3_env
 from serving.config import ServingConfig
 from serving.local import free_port
 from training import publish

@@ -12,9 +12,8 @@ from click.testing import CliRunner
 from serving.adapters.canary import BUCKETS, Canary, bucket, check_weight, serves_canary, session_key
 from serving.cli import main
 from serving.errors import AdapterNotFound, InvalidCanary, NoCanary
-
-from tests.support.adapter_store import make_adapter
 from tests.serving.cli.test_adapters import config_file
+from tests.support.adapter_store import make_adapter
 
 V1, V2 = "aaaaaaaaaaaa", "bbbbbbbbbbbb"
 KEYS = [f"episode-{i}" for i in range(2000)]

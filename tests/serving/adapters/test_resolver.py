@@ -37,6 +37,7 @@ def test_resolver_caches_only_successes(s3_server, tmp_path):
 
     asyncio.run(scenario())
 
+
 def test_resolver_store_down_is_503_not_missing():
     spec = ServingConfig.shipped("embedded").adapters.model_copy(update={"endpoint_url": "http://127.0.0.1:9"})
     resolver = AdapterResolver(AdapterStore(spec), ttl_s=60)

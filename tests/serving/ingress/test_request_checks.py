@@ -24,6 +24,7 @@ from tests.support.gateway_stack import bomb_png_url
 def _img(nbytes: int) -> str:
     return "data:image/png;base64," + base64.b64encode(b"x" * nbytes).decode()
 
+
 def _png(side: int = 8, pad_to: int = 0) -> str:
     """A real PNG data URL, optionally padded (after IEND, which readers ignore) to ``pad_to`` bytes."""
     buf = io.BytesIO()
@@ -31,17 +32,21 @@ def _png(side: int = 8, pad_to: int = 0) -> str:
     raw = buf.getvalue()
     return "data:image/png;base64," + base64.b64encode(raw + b"\0" * max(0, pad_to - len(raw))).decode()
 
+
 def check_messages(messages: list[dict], limits) -> int:
     """The number of images in ``messages`` once every request check has passed."""
     return check_request({"messages": messages}, limits).images
+
 
 def _msg(*urls: str) -> list[dict]:
     return [{"role": "user", "content": [{"type": "text", "text": "hi"},
                                          *({"type": "image_url", "image_url": {"url": u}} for u in urls)]}]
 
+
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 100])
 def test_decoded_size_is_exact(n):
     assert decoded_size(_img(n)) == n
+
 
 def test_limits():
     limits = ServingConfig.shipped("embedded").limits.model_copy(update={"max_images_per_request": 2,
@@ -60,6 +65,7 @@ def test_limits():
     with pytest.raises(InvalidImage, match="not a readable image"):
         check_messages(_msg(_img(10)), limits)
 
+
 def test_pixel_bomb_refused_from_its_header():
     """A ~17 KB PNG that decodes to 12000 x 12000 pixels: refused (413) without decoding it."""
     limits = ServingConfig.shipped("embedded").limits
@@ -72,6 +78,7 @@ def test_pixel_bomb_refused_from_its_header():
     assert info.value.status_code == 413 and info.value.to_openai()["error"]["code"] == "image_too_large"
     assert image_dimensions(bomb_png_url(300, 200)) == (300, 200)
 
+
 def test_pixels_per_request_bounded():
     limits = ServingConfig.shipped("embedded").limits.model_copy(update={"max_image_pixels": 64 * 64,
                                                                          "max_request_pixels": 3 * 64 * 64})
@@ -80,6 +87,7 @@ def test_pixels_per_request_bounded():
         check_request({"messages": _msg(_png(64), _png(64), _png(64), _png(8))}, limits)
     with pytest.raises(ImageTooLarge, match="65x65"):
         check_request({"messages": _msg(_png(65))}, limits)
+
 
 @pytest.mark.parametrize(("body", "match"), [
     ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages\\[0\\].role: 'wizard'"),
@@ -94,6 +102,7 @@ def test_pixels_per_request_bounded():
 def test_openai_validation(body, match):
     with pytest.raises(BadRequest, match=match):
         check_request(body, ServingConfig.shipped("embedded").limits)
+
 
 def test_roles_openai_accepts():
     messages = [{"role": r, "content": "x"} for r in ("system", "developer", "user", "assistant", "tool", "function")]

@@ -24,6 +24,7 @@ def test_up_without_the_model_says_how_to_get_it(tmp_path, monkeypatch):
     status = CliRunner().invoke(main, ["status", "--json"])
     assert status.exit_code == 1 and json.loads(status.output)["running"] is False
 
+
 def test_ray_auth_token_is_made_on_a_fresh_machine(tmp_path, monkeypatch):
     """`ray start --head` with token auth needs a token it never creates: the embedded stack makes
     one in a fresh home, keeps an existing one, and leaves a token given by the environment alone."""
@@ -44,6 +45,7 @@ def test_ray_auth_token_is_made_on_a_fresh_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "other"))
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(made))
     assert ensure_auth_token(ray_exe) is None and not (tmp_path / "other" / ".ray").exists()
+
 
 def test_port_check_sees_lingering_connections_as_the_replica_bind_does():
     """A server without SO_REUSEADDR (Serve's direct-ingress replica) that closed its side of a

@@ -91,6 +91,4 @@ def test_router_path_names_the_class():
     import importlib
 
     module, _, attr = ROUTER_PATH.partition(":")
-    from serving.app import ROUTER_PATH as app_path
-
-    assert app_path == ROUTER_PATH and hasattr(importlib.import_module(module), attr)
+    assert hasattr(importlib.import_module(module), attr)

@@ -20,6 +20,8 @@ from tests.support.gateway_stack import (  # the `stack` fixture lives in confte
 )
 
 pytestmark = pytest.mark.slow
+
+
 def test_models_lists_bases_with_profile_and_shipped_adapters(stack):
     ids = {m.id for m in stack.client.models.list().data}
     assert stack.base in ids
