@@ -15,8 +15,8 @@ hashed and looked up. The sources are read again once ``auth.reload_s`` has pass
 added, rotated and revoked without a restart. A source that no longer parses keeps the keys last
 loaded (a bad edit does not lock every tenant out) and is logged.
 
-The caller of the request being served is :data:`CALLER` (set by ``serving.auth.middleware``); the ingress
-asks :func:`authorize_model` and :func:`visible` and leaves the served model in it for usage.
+The caller of the request being served, whose :class:`Principal` this module makes, lives in
+:mod:`serving.auth.caller`.
 """
 
 from __future__ import annotations
