@@ -21,7 +21,7 @@ from typing import Any
 
 from serving.adapters import s3_env
 from serving.config import ServingConfig
-from serving.engine import SERVER_CLS_PATH, WORKER_EXTENSION_PATH, allocator_env
+from serving.engine import COVERAGE_EXTENSION_PATH, SERVER_CLS_PATH, WORKER_EXTENSION_PATH, allocator_env
 from serving.ingress import INGRESS_CLS_PATH
 from serving.placement import ROUTER_PATH
 
@@ -76,9 +76,11 @@ def llm_config_dicts(cfg: ServingConfig) -> list[dict[str, Any]]:
             # so an adapter Ray thinks is resident never needs an engine-side swap.
             "max_loras": cfg.lora.adapters_per_replica,
         }
-        if cfg.grouped_cpu_lora:
-            # vLLM imports this class in its worker process, which installs the grouped LoRA kernels there.
-            engine["worker_extension_cls"] = WORKER_EXTENSION_PATH
+        # vLLM mixes this class into its worker: the replica asks it what LoRA applied of each adapter
+        # (serving.engine.lora_coverage); the grouped one also installs the grouped CPU LoRA kernels there.
+        engine["worker_extension_cls"] = WORKER_EXTENSION_PATH if cfg.grouped_cpu_lora else COVERAGE_EXTENSION_PATH
+        if cfg.lora.vision_tower:
+            engine["enable_tower_connector_lora"] = True
         llm: dict[str, Any] = {
             "model_loading_config": {"model_id": m.id, "model_source": m.resolved_source()},
             "engine_kwargs": engine,

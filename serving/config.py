@@ -71,7 +71,7 @@ class BaseModelSpec(_Model):
     @classmethod
     def _engine(cls, v: dict[str, Any]) -> dict[str, Any]:
         reserved = {"model", "served_model_name", "enable_lora", "max_lora_rank", "max_loras", "max_model_len",
-                    "mm_processor_cache_gb"}
+                    "mm_processor_cache_gb", "enable_tower_connector_lora", "worker_extension_cls"}
         clash = sorted(reserved & set(v))
         if clash:
             raise ValueError(f"engine_kwargs may not set {clash}: they come from the config's own fields")
@@ -124,6 +124,16 @@ class LoraSpec(_Model):
             "grouped by adapter, two small matrix products per group), installed into the engine's worker through "
             "vLLM's worker_extension_cls; 'vllm': vLLM's own CPU ops, which copy the LoRA weights once per "
             "token (~12x slower evaluation through an adapter; docs/benchmarks.md). No effect on GPU engines"
+        ),
+    )
+
+    vision_tower: bool = Field(
+        False,
+        description=(
+            "apply adapters' LoRA modules in the vision tower and its merger too (vLLM's "
+            "enable_tower_connector_lora, which the engine supports per architecture, Qwen3-VL among them). Off: "
+            "only the language model's modules are applied, so an adapter with non-zero tower modules is refused "
+            "at publish and at load rather than served without them; maze-train's default LoRA targets follow it"
         ),
     )
 

@@ -29,6 +29,13 @@ class AdapterInvalid(ServingError):
     status_code, error_type, code = 400, "invalid_request_error", "invalid_adapter"
 
 
+class AdapterNotServable(AdapterInvalid):
+    """A well-formed adapter the engine would not serve as trained (modules it does not apply, peft
+    features it refuses): refused before publishing."""
+
+    code = "adapter_not_servable"
+
+
 class Unauthorized(ServingError):
     status_code, error_type, code = 401, "authentication_error", "invalid_api_key"
 
@@ -96,6 +103,13 @@ class NoCanary(ServingError):
     status_code, error_type, code = 409, "invalid_request_error", "no_canary"
 
 
+class ParityFailed(ServingError):
+    """The version's recorded parity check failed (served outputs differ from its reference): it is
+    not promoted unless forced."""
+
+    status_code, error_type, code = 409, "invalid_request_error", "adapter_parity_failed"
+
+
 class RequestTooLarge(ServingError):
     status_code, error_type, code = 413, "invalid_request_error", "request_too_large"
 
@@ -112,6 +126,20 @@ class BadConfig(ServingError):
 
 class AdapterLoadFailed(ServingError):
     status_code, error_type, code = 422, "invalid_request_error", "adapter_load_failed"
+
+
+class AdapterNotApplied(AdapterLoadFailed):
+    """The engine would leave out part of the adapter (modules in the vision tower with tower LoRA off,
+    tensors that name no module of the base): serving it would answer as another model."""
+
+    code = "adapter_not_applied"
+
+
+class AdapterIntegrityError(AdapterLoadFailed):
+    """An adapter version's files do not hash to its version: the stored objects changed after
+    publishing (overwritten or corrupted), so they are not what was published under that version."""
+
+    code = "adapter_integrity_failed"
 
 
 class ReplicaUnavailable(ServingError):

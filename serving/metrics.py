@@ -45,6 +45,10 @@ def _instruments() -> dict:
         "load_latency": Histogram("maze_gateway_adapter_load_latency_seconds",
                                   "adapter download + verification time in a replica", boundaries=LATENCY_BOUNDS_S,
                                   tag_keys=("adapter", "version")),
+        "refusals": Counter("maze_gateway_adapter_refusals",
+                            "adapter versions a replica refused to serve, by reason (integrity: files that do not "
+                            "hash to the version; incomplete: files missing or not loadable; not_applied: trained "
+                            "modules the engine would leave out)", tag_keys=("adapter", "version", "reason")),
         # Placement (serving.engine.llm_server, serving.placement.agent): per replica through Ray's WorkerId label.
         "evictions": Counter("maze_gateway_adapter_evictions",
                              "adapters evicted from a replica (least recently used, never a pinned one)",

@@ -59,11 +59,11 @@ def _lora(base: Path, out: Path, seed: int) -> Path:
 
 def stack_config(base_dir: Path, *, name: str = "maze-gateway-test", auth_env: str | None = None,
                  keys_file: str | None = None, resolve_ttl_s: float = 1.0, adapters_per_replica: int | None = None,
-                 layout: str | None = None, ingress: str | None = None) -> ServingConfig:
+                 layout: str | None = None, ingress: str | None = None, vision_tower: bool = False) -> ServingConfig:
     """The shipped embedded config on free ports, pointing at ``base_dir``; ``layout`` and ``ingress``
     (default: the embedded config's, or ``$MAZE_TEST_LAYOUT`` / ``$MAZE_TEST_INGRESS``) pick the
     Serve layout and who listens on the port; ``auth_env`` (flat keys) and ``keys_file`` (scoped
-    keys, re-read every 2 s) turn auth on."""
+    keys, re-read every 2 s) turn auth on; ``vision_tower`` applies adapters' vision-tower LoRA."""
     d = ServingConfig.shipped("embedded").model_dump(mode="json")
     d["layout"] = layout or os.environ.get(LAYOUT_ENV) or d["layout"]
     d["ingress"] = ingress or os.environ.get(INGRESS_ENV) or d["ingress"]
@@ -78,6 +78,7 @@ def stack_config(base_dir: Path, *, name: str = "maze-gateway-test", auth_env: s
     d["limits"] = {"max_body_bytes": 2 * 2**20, "max_images_per_request": 4, "max_image_bytes": 256 * 2**10}
     if adapters_per_replica:
         d["lora"]["adapters_per_replica"] = adapters_per_replica
+    d["lora"]["vision_tower"] = vision_tower
     return ServingConfig.model_validate(d)
 
 

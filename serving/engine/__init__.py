@@ -4,6 +4,7 @@
 registration per adapter, the per-replica adapter LRU with pins (:class:`PinnedLRU`).
 :mod:`~serving.engine.lora_kernels` are grouped-by-adapter LoRA kernels for vLLM's CPU backend,
 installed by the worker extension :mod:`~serving.engine.lora_worker`;
+:mod:`~serving.engine.lora_coverage` asks the engine which of an adapter's modules it applied;
 :mod:`~serving.engine.cpu_affinity` splits the cores between the engine's worker and everything
 else; :mod:`~serving.engine.allocator` picks the engine processes' malloc. The engine-bound
 classes import vLLM on first use; building the app names them by their import paths.
@@ -22,6 +23,7 @@ from serving.engine.cpu_affinity import (
     plan_core_split,
     split_cores,
 )
+from serving.engine.lora_coverage import LoraCoverageExtension, refusal
 
 if TYPE_CHECKING:
     from serving.engine.llm_server import GatewayLLMServer, PinnedLRU, VerifiedLoraLoader
@@ -31,12 +33,15 @@ if TYPE_CHECKING:
 SERVER_CLS_PATH = "serving.engine.llm_server:GatewayLLMServer"
 #: vLLM's ``worker_extension_cls`` that installs the grouped CPU LoRA kernels (a dotted path).
 WORKER_EXTENSION_PATH = "serving.engine.lora_worker.GroupedLoraWorkerExtension"
+#: The ``worker_extension_cls`` of engines without them: only the coverage report (what LoRA applied).
+COVERAGE_EXTENSION_PATH = "serving.engine.lora_coverage.LoraCoverageExtension"
 _LAZY = {"serving.engine.llm_server": ("GatewayLLMServer", "PinnedLRU", "VerifiedLoraLoader"),
          "serving.engine.lora_worker": ("GroupedLoraWorkerExtension",)}
 
 __getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on first use
 
 
-__all__ = ["BIND_ENV", "FALLBACK_ENV", "SERVER_CLS_PATH", "WORKER_EXTENSION_PATH", "CoreSplit", "GatewayLLMServer",
-           "GroupedLoraWorkerExtension", "PinnedLRU", "VerifiedLoraLoader", "allocator_env", "bound_cores",
-           "describe_allocator", "engine_start", "find_jemalloc", "pin_session", "plan_core_split", "split_cores"]
+__all__ = ["BIND_ENV", "COVERAGE_EXTENSION_PATH", "FALLBACK_ENV", "SERVER_CLS_PATH", "WORKER_EXTENSION_PATH", "CoreSplit", "GatewayLLMServer",
+           "GroupedLoraWorkerExtension", "LoraCoverageExtension", "PinnedLRU", "VerifiedLoraLoader", "allocator_env", "bound_cores",
+           "describe_allocator", "engine_start", "find_jemalloc", "pin_session", "plan_core_split", "refusal",
+           "split_cores"]

@@ -4,9 +4,15 @@ It swaps Ray's adapter loader for :class:`VerifiedLoraLoader`, which fixes two g
 Serve LLM 2.60's loader:
 
 * a download is verified before vLLM sees it (both files present, config is JSON, the weights
-  parse as safetensors with LoRA tensors); Ray only logs per-file failures, so a partial or
-  corrupt adapter could reach the engine. A failed check deletes the folder (so a retry
-  downloads again) and raises :class:`~serving.errors.AdapterLoadFailed`;
+  parse as safetensors with LoRA tensors, and the files hash to the version they were fetched as);
+  Ray only logs per-file failures, so a partial, corrupt or overwritten adapter could reach the
+  engine. A failed check deletes the folder (so a retry downloads again) and raises
+  :class:`~serving.errors.AdapterLoadFailed` (:class:`~serving.errors.AdapterIntegrityError` for a
+  hash that is not the version's);
+* once vLLM has registered an adapter, the replica asks the engine which of its modules it applied
+  (:mod:`serving.engine.lora_coverage`); a version with trained modules left out is removed from the
+  engine and refused (:class:`~serving.errors.AdapterNotApplied`) for the replica's lifetime, so no
+  request is answered by the base model in its name;
 * concurrent first requests for one adapter share one registration in vLLM (Ray's
   ``VLLMEngine.resolve_lora`` checks, then awaits the load, so the second request failed with
   "adapter has already been loaded");
@@ -37,9 +43,10 @@ from ray.llm._internal.serve.core.server.llm_server import LLMServer
 from ray.llm._internal.serve.utils.lora_serve_utils import LoraMirrorConfig, LoraModelLoader
 from ray.serve.multiplex import _ModelMultiplexWrapper
 
-from serving.adapters import verify_adapter_folder
+from serving.adapters import content_version, verify_adapter_folder
 from serving.engine import cpu_affinity
-from serving.errors import AdapterLoadFailed
+from serving.engine.lora_coverage import module_count, refusal
+from serving.errors import AdapterIntegrityError, AdapterLoadFailed, AdapterNotApplied, ServingError
 from serving.metrics import metric
 
 log = logging.getLogger(__name__)
@@ -65,12 +72,31 @@ class VerifiedLoraLoader(LoraModelLoader):
 
     def _download_lora(self, lora_mirror_config: LoraMirrorConfig) -> str:
         path = super()._download_lora(lora_mirror_config)
+        lora_id = get_lora_id(lora_mirror_config.lora_model_id)
         try:
             verify_adapter_folder(path)
+            check_version(path, lora_id)
         except AdapterLoadFailed as exc:
             shutil.rmtree(path, ignore_errors=True)
-            raise AdapterLoadFailed(f"adapter {get_lora_id(lora_mirror_config.lora_model_id)!r}: {exc}") from None
+            name, _, version = lora_id.partition("@")
+            reason = "integrity" if isinstance(exc, AdapterIntegrityError) else "incomplete"
+            metric("refusals").inc(tags={"adapter": name, "version": version, "reason": reason})
+            raise type(exc)(f"adapter {lora_id!r}: {exc}") from None
         return path
+
+
+def check_version(path: str, lora_id: str) -> None:
+    """Raise :class:`AdapterIntegrityError` unless the files at ``path`` hash to ``lora_id``'s version
+    (``name@version``; the version is the content hash the store named them by)."""
+    version = lora_id.partition("@")[2]
+    if not version:
+        return  # an unversioned id is not the gateway's (it always resolves name -> name@version)
+    actual = content_version(path)
+    if actual != version:
+        raise AdapterIntegrityError(
+            f"its stored files hash to {actual}, not to version {version}: they changed in the store after "
+            "publishing, so they are not what was published; publish the adapter again (or roll back) and "
+            "check the store with `maze-serve adapters verify`")
 
 
 MULTIPLEX_ATTR = "__serve_multiplex_wrapper"  # where serve.multiplexed keeps its per-function LRU
@@ -114,6 +140,7 @@ class GatewayLLMServer(LLMServer):
 
     def _init_multiplex_loader(self, model_downloader_cls=None):
         self._lora_registrations: dict[str, asyncio.Future] = {}
+        self._refused: dict[str, ServingError] = {}  # versions the engine would not apply whole: immutable, so final
         self.pinned_ids: set[str] = set()
         self._lru: PinnedLRU | None = None
         self._placement_task: asyncio.Task | None = None
@@ -131,6 +158,7 @@ class GatewayLLMServer(LLMServer):
     async def start(self):
         with cpu_affinity.engine_start():  # a replica Serve restarted after `up` moved the session
             await super().start()
+        await self._check_tower_lora()
         if self._lru is not None and self._llm_config.lora_config is not None:
             from serving.placement import run_placement
 
@@ -171,8 +199,20 @@ class GatewayLLMServer(LLMServer):
         except Exception:  # noqa: BLE001 - a failed removal leaves it to vLLM's own LRU
             log.warning("could not remove evicted adapter %s from the engine", model_id, exc_info=True)
 
+    async def _check_tower_lora(self) -> None:
+        """Refuse to start when the config asks for vision-tower LoRA that this engine cannot apply."""
+        if not self._llm_config.engine_kwargs.get("enable_tower_connector_lora"):
+            return
+        supported = await self.engine._engine_client.collective_rpc("lora_tower_support")
+        if not all(supported):
+            raise RuntimeError(
+                f"lora.vision_tower is on, but the engine applies no LoRA to the vision tower of base model "
+                f"{self.base_model_id!r} (vLLM supports it per architecture, and not with a language-model-only "
+                "engine): turn lora.vision_tower off and publish adapters without tower modules")
+
     async def ensure_resident(self, model_id: str) -> None:
         """Load ``model_id`` (download, verify, register with the engine) unless it is resident."""
+        self._raise_if_refused(model_id)
         disk_lora_model = await self._load_model(model_id)
         await self._register(model_id, disk_lora_model)
 
@@ -182,13 +222,44 @@ class GatewayLLMServer(LLMServer):
             return
         if self._llm_config.lora_config is None:
             raise ValueError("Must setup lora config for multiplexed requests.")
+        self._raise_if_refused(model_id)
         disk_lora_model = await self._load_model(model_id)
         await self._register(model_id, disk_lora_model)
 
+    def _raise_if_refused(self, model_id: str) -> None:
+        if model_id in self._refused:
+            raise self._refused[model_id]
+
     async def _register(self, model_id: str, disk_lora_model) -> None:
+        self._raise_if_refused(model_id)
         task = self._lora_registrations.get(model_id)
         if task is None:
-            task = asyncio.ensure_future(self.engine.resolve_lora(disk_lora_model))
+            task = asyncio.ensure_future(self._register_whole(model_id, disk_lora_model))
             self._lora_registrations[model_id] = task
             task.add_done_callback(lambda _: self._lora_registrations.pop(model_id, None))
         await asyncio.shield(task)
+
+    async def _register_whole(self, model_id: str, disk_lora_model) -> None:
+        """Register the adapter with vLLM, then keep it only if the engine applies all its trained modules."""
+        await self.engine.resolve_lora(disk_lora_model)
+        models = self.engine._oai_models
+        request = models.lora_requests.get(model_id)
+        lora_id = get_lora_id(model_id)
+        try:
+            reports = await self.engine._engine_client.collective_rpc("lora_coverage", args=(request.lora_int_id,))
+            problem = refusal(reports[0], lora_id, module_count(disk_lora_model.local_path))
+        except Exception as exc:  # noqa: BLE001 - not knowing what was applied is not serving it
+            log.warning("could not ask the engine what it applied of %s", model_id, exc_info=True)
+            problem = f"the engine could not report which modules of adapter {lora_id!r} it applied ({exc})"
+        if problem is None:
+            return
+        name, _, version = lora_id.partition("@")
+        metric("refusals").inc(tags={"adapter": name, "version": version, "reason": "not_applied"})
+        log.error("refused %s: %s", model_id, problem)
+        self._refused[model_id] = AdapterNotApplied(problem)
+        await self.remove_from_engine(model_id)
+        if self._lru is not None:
+            self._lru.models.pop(model_id, None)
+            self._lru.last_used.pop(model_id, None)
+            self.placement_changed()
+        raise self._refused[model_id]

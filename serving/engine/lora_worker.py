@@ -7,13 +7,15 @@ processes never touch it. vLLM resolves ``worker_extension_cls`` (an engine argu
 builds the model and its LoRA manager, so importing this module there is the hook: it points the
 CPU platform's punica wrapper at :class:`serving.engine.lora_kernels.GroupedPunicaWrapperCPU`. No install step
 or process-wide plugin is needed, and only engines configured this way are affected. The class
-itself adds one collective RPC, ``lora_kernel_stats``, to check from outside that the kernels ran.
+itself adds one collective RPC, ``lora_kernel_stats``, to check from outside that the kernels ran, to
+the coverage RPCs of :class:`serving.engine.lora_coverage.LoraCoverageExtension` that every engine has.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from serving.engine.lora_coverage import LoraCoverageExtension
 from serving.engine.lora_kernels import STATS, install
 
 EXTENSION_QUALNAME = f"{__name__}.GroupedLoraWorkerExtension"
@@ -22,7 +24,7 @@ EXTENSION_QUALNAME = f"{__name__}.GroupedLoraWorkerExtension"
 INSTALLED = install()
 
 
-class GroupedLoraWorkerExtension:
+class GroupedLoraWorkerExtension(LoraCoverageExtension):
     """Mixed into vLLM's worker class; ``lora_kernel_stats`` reports what the grouped kernels did."""
 
     def lora_kernel_stats(self) -> dict[str, Any]:

@@ -59,7 +59,10 @@ def stack(tmp_path_factory, monkeypatch_session):
     monkeypatch_session.setenv(KEY_ENV, f"other-key,{KEY}")
     assets = dev_assets()
     # The flat keys (each an admin, no limits) and the tenants' scoped keys (tests/support/gateway_stack.py).
-    cfg = stack_config(assets.base_dir, auth_env=KEY_ENV, keys_file=str(write_tenant_keys(home / "keys.yaml")))
+    # Tower LoRA on: the served = trained tests serve a vision-tower adapter (its refusal with the
+    # switch off is checked at publish and in an engine of its own, tests/serving/engine).
+    cfg = stack_config(assets.base_dir, auth_env=KEY_ENV, keys_file=str(write_tenant_keys(home / "keys.yaml")),
+                       vision_tower=True)
     t0 = time.monotonic()
     base_url = embedded.up(cfg, adapters=assets.shipped)
     print(f"\nembedded stack ({cfg.layout} layout, {cfg.ingress} ingress) ready in {time.monotonic() - t0:.0f}s at {base_url}")

@@ -1,0 +1,103 @@
+"""What the engine applied of an adapter, as vLLM's own LoRA manager holds it.
+
+vLLM loads every LoRA tensor of an adapter whose module *suffix* it knows (``q_proj``, ``qkv``, ...),
+then applies only the modules its manager wrapped: with ``enable_tower_connector_lora`` off, the
+vision tower and merger of a VLM are not wrapped, and a tensor under a prefix that names no module
+of the base is wrapped nowhere. Both are left out with at most a log line, and the request is
+answered by a model that is not the one trained. So the replica asks, once per adapter version:
+
+* :class:`LoraCoverageExtension` is mixed into vLLM's worker (``worker_extension_cls``); its
+  ``lora_coverage`` RPC compares the registered adapter's modules with the manager's wrapped
+  modules (after vLLM packed q/k/v and gate/up), in the worker process where both live;
+* :func:`refusal` (replica side) turns that report into the reason to refuse the version, counting
+  only modules whose weights are non-zero: a module left at peft's zero init changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+COVERAGE_QUALNAME = f"{__name__}.LoraCoverageExtension"
+
+# How a left-out module reads in an error, by the part of the model it is in.
+GROUP_TEXT = {
+    "vision_tower": "are in the vision tower and its merger, which this gateway does not apply",
+    "language_model": "are in the language model but not wrapped by the engine",
+    "unmatched": "name no module of the base",
+}
+
+
+def _group(name: str, mapping: Any) -> str:
+    """``vision_tower`` (tower or connector), ``language_model`` or ``unmatched``, by vLLM's own prefixes."""
+    if mapping is None:
+        return "unmatched"
+    if any(name.startswith(p) for p in [*mapping.connector, *mapping.tower_model]):
+        return "vision_tower"
+    if any(name.startswith(p) for p in mapping.language_model):
+        return "language_model"
+    return "unmatched"
+
+
+def _is_zero(weights: Any) -> bool:
+    parts = [weights.lora_a, weights.lora_b]
+    flat = [t for p in parts for t in (p if isinstance(p, list | tuple) else [p]) if t is not None]
+    return any(float(t.abs().max()) == 0.0 for t in flat) if flat else True
+
+
+def coverage_of(manager: Any, lora_id: int) -> dict[str, Any]:
+    """The registered adapter ``lora_id``'s modules that ``manager`` (vLLM's LoRAModelManager) left out."""
+    lora = manager._registered_adapters.get(lora_id)
+    if lora is None:
+        return {"registered": False}
+    mapping = manager.mm_mapping if getattr(manager, "supports_mm", False) else None
+    left_out = [{"module": name, "group": _group(name, mapping), "zero": _is_zero(w)}
+                for name, w in lora.loras.items() if name not in manager.modules]
+    return {"registered": True, "applied": len(lora.loras) - len(left_out), "left_out": left_out,
+            "tower_lora": bool(getattr(manager, "supports_tower_connector_lora", False))}
+
+
+class LoraCoverageExtension:
+    """Mixed into vLLM's worker class: RPCs that report what its LoRA manager applies."""
+
+    def _lora_manager(self) -> Any:
+        return self.model_runner.lora_manager._adapter_manager  # type: ignore[attr-defined]
+
+    def lora_coverage(self, lora_id: int) -> dict[str, Any]:
+        return coverage_of(self._lora_manager(), lora_id)
+
+    def lora_tower_support(self) -> bool:
+        """Whether the engine applies LoRA to the vision tower and connector (on and supported)."""
+        return bool(getattr(self._lora_manager(), "supports_tower_connector_lora", False))
+
+
+def module_count(folder: str) -> int:
+    """LoRA modules in an adapter folder's weights (tensor names only: a header read)."""
+    from safetensors import safe_open
+
+    with safe_open(f"{folder}/adapter_model.safetensors", framework="numpy") as fh:
+        return len({k.split(".lora_")[0] for k in fh.keys() if ".lora_" in k})
+
+
+def refusal(report: dict[str, Any], adapter: str, total: int) -> str | None:
+    """Why ``adapter`` (with ``total`` LoRA modules in its files) must not be served, or None.
+
+    Modules left out with all-zero weights are not counted: leaving them out changes nothing.
+    """
+    if not report.get("registered"):
+        return f"the engine did not register adapter {adapter!r}"
+    lost = [m for m in report["left_out"] if not m["zero"]]
+    if not lost:
+        return None
+    parts = []
+    for group, text in GROUP_TEXT.items():
+        names = [m["module"] for m in lost if m["group"] == group]
+        if names:
+            examples = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            parts.append(f"{len(names)} of {total} LoRA modules {text} ({examples})")
+    hint = ("set lora.vision_tower: true in the serving config or retrain without them"
+            if any(m["group"] == "vision_tower" for m in lost) and not report.get("tower_lora")
+            else "re-export the adapter with the base model's module names")
+    return f"adapter {adapter!r} would be served without part of its weights: {'; '.join(parts)}; {hint}"
+
+
+__all__ = ["COVERAGE_QUALNAME", "GROUP_TEXT", "LoraCoverageExtension", "coverage_of", "module_count", "refusal"]
