@@ -407,9 +407,6 @@ class ServingConfig(_Model):
             raise ValueError(f"layout 'colocated' serves exactly one base model, got {ids}; use 'standard'")
         if self.ingress == "direct" and (self.layout != "colocated" or self.replicas.max_replicas != 1):
             raise ValueError("ingress 'direct' needs layout 'colocated' and max_replicas 1: one replica owns the port")
-        if self.grouped_cpu_lora and any("worker_extension_cls" in m.engine_kwargs for m in self.base_models):
-            raise ValueError("engine_kwargs may not set worker_extension_cls on a CPU device while lora.cpu_kernels "
-                             "is 'grouped' (the grouped LoRA kernels use it); set lora.cpu_kernels: vllm")
         if self.cpu_affinity == "split" and self.device != "cpu":
             raise ValueError("cpu_affinity 'split' places a CPU engine's worker; this config's device is 'gpu'")
         return self

@@ -145,8 +145,9 @@ ROOM_RULES = {
     "placement": {"adapters"},
     "engine": {"adapters", "placement"},
     "ingress": {"adapters", "auth", "engine"},
+    "parity": {"adapters"},
     "local": {"adapters", "engine", "ingress", "app"},
-    "cli": {"adapters", "placement", "local", "k8s"},
+    "cli": {"adapters", "placement", "parity", "local", "k8s"},
 }
 BASE = {"config", "errors", "metrics"}
 

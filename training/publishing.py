@@ -55,7 +55,8 @@ def publish(export_path: str, step: int, name: str, *, serving_config: str | Non
     try:
         export_s3_env(cfg)
         ref = AdapterStore(cfg.adapters).push(folder, name, base=spec.id, base_source=spec.source,
-                                              max_rank=cfg.lora.max_rank, force=force)
+                                              max_rank=cfg.lora.max_rank, force=force,
+                                              vision_tower=cfg.lora.vision_tower)
     finally:  # the fetched copy (a download for an S3 export) is only needed for the push
         shutil.rmtree(folder, ignore_errors=True)
     return Published(base=spec.id, name=ref.name, version=ref.version, step=step)

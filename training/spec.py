@@ -2,7 +2,9 @@
 
 Defaults are the reference run (Qwen3-VL-8B SFT checkpoint + LoRA 32 on ``maze_2d/simple``, 3
 nodes x 2 GPUs, colocated FSDP + 6 vLLM engines, as in SkyRL's examples/train/visgym scripts), so
-``TrainSpec()`` *is* the reference job. :mod:`training.overrides` turns a spec into SkyRL
+``TrainSpec()`` *is* the reference job, with one exception: LoRA targets the language model's
+linear layers (``LANGUAGE_MODEL_TARGETS``), not SkyRL's ``all-linear``, because the gateway serves
+adapters without vision-tower LoRA unless its config turns it on. :mod:`training.overrides` turns a spec into SkyRL
 overrides and :mod:`training.k8s` into the RayCluster it needs: both read this one source.
 """
 
@@ -19,6 +21,12 @@ from training.skyrl.names import RECIPE_PROTOCOLS, VISGYM_ENV_CLASS, RewardMode
 
 SHARED_ROOT = "/shared/maze-gateway"
 REFERENCE_NAME = "maze-grpo-simple"
+#: The default LoRA targets: the language model's linear layers, as a regex peft full-matches against
+#: module names (SkyRL hands the string to peft as is). SkyRL's own default, "all-linear", also wraps
+#: Qwen3-VL's vision tower and merger, which the serving gateway applies only with lora.vision_tower
+#: on (off by default): an adapter trained there would not be served as trained
+#: (training.lora_targets checks a spec against the serving config at submit).
+LANGUAGE_MODEL_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 
 
 class SpecModel(ConfigModel):
@@ -82,7 +90,15 @@ class LoraSpec(SpecModel):
 
     rank: int = Field(32, ge=0, description="LoRA rank (trainer.policy.model.lora.rank)")
     alpha: int = Field(32, ge=1, description="LoRA alpha")
-    target_modules: str = Field("all-linear", description="modules LoRA wraps (SkyRL's default: all-linear)")
+    target_modules: str = Field(
+        LANGUAGE_MODEL_TARGETS,
+        description=(
+            "modules LoRA wraps: a regex peft full-matches against module names, or 'all-linear'. The default, the "
+            "language model's linear layers, follows the serving gateway's lora.vision_tower off (its default): "
+            "'all-linear' (SkyRL's default) also wraps the vision tower and its merger, and is right only with "
+            "tower LoRA on in the serving config the adapters are published to (maze-train submit checks)"
+        ),
+    )
     sync_path: str = Field(
         f"{SHARED_ROOT}/lora_sync", description="where adapters are handed to vLLM; shared by all nodes"
     )
@@ -190,7 +206,8 @@ class ClusterSpec(SpecModel):
 
 
 class TrainSpec(SpecModel):
-    """A SkyRL GRPO job on the maze; every default is the reference run's value."""
+    """A SkyRL GRPO job on the maze; every default is the reference run's value but the LoRA targets
+    (the language model's layers: what the gateway serves by default)."""
 
     name: str = Field(REFERENCE_NAME, description="run name (trainer.run_name) and default job id prefix")
     project: str = Field("maze-gateway", description="project name for the metrics logger")
@@ -235,6 +252,7 @@ class TrainSpec(SpecModel):
 
 
 __all__ = [
+    "LANGUAGE_MODEL_TARGETS",
     "ClusterSpec", "DataSpec", "EnvSpec", "GenerationSpec", "InferenceSpec", "LoraSpec", "ModelSpec",
     "OptimSpec", "OutputSpec", "PlacementSpec", "SpecModel", "TrainSpec",
 ]

@@ -67,6 +67,9 @@ class WatchConfig(ConfigModel):
     concurrency: int = Field(8, ge=1, description="episodes at once")
     db: str | None = Field(None, description="results store (URL or SQLite path); None: MAZE_DB or the default file")
     ledger: str | None = Field(None, description="the ledger file; None: default_ledger_path(source, adapter)")
+    parity: bool = Field(True, description="before scoring a step, check that the gateway serves its version as "
+                                           "trained (serving.parity) and keep the result with the version; a "
+                                           "step whose parity failed is not scored")
 
     @property
     def ledger_path(self) -> Path:
@@ -231,6 +234,8 @@ class Watcher:
             version = await self._publish(step.step)
             action = Action.SCORE
         if action in (Action.SCORE, Action.RESUME):
+            if not await self._parity_ok(step.step, version):
+                return StepOutcome(step.step, action, version, None, complete=False)
             return await self._score(store, step, version, run, action)
         return await self._record(store, step, version, run)
 
@@ -259,6 +264,26 @@ class Watcher:
         self.ledger.record(step, done.version)
         self.say(f"step {step}: published {done.base}:{done.name}@{done.version}")
         return done.version
+
+    async def _parity_ok(self, step: int, version: str) -> bool:
+        """Served parity of the step's version, measured once (kept in the adapter store) before it is scored."""
+        if not self.cfg.parity:
+            return True
+        from serving.adapters import AdapterStore, export_s3_env, parity_label
+        from serving.config import load_config
+        from serving.parity import Gateway, check_served
+
+        cfg = load_config(self.cfg.serving_config)
+        export_s3_env(cfg)
+        record = (await asyncio.to_thread(AdapterStore(cfg.adapters).parity, self.cfg.adapter)).get(version)
+        if record is None:
+            gateway = Gateway(await self.endpoint(), None if self.cfg.api_key == "EMPTY" else self.cfg.api_key)
+            _, record = await asyncio.to_thread(check_served, cfg, gateway, self.cfg.adapter, version,
+                                                base=self.cfg.base)
+            self.say(f"step {step}: parity {parity_label(record)} ({record.detail})")
+        if not record.ok:
+            self.say(f"step {step}: version {version} is not served as trained ({record.detail}); not scored")
+        return record.ok
 
     async def _score(self, store, step: ExportStep, version: str, run: dict | None, action: Action) -> StepOutcome:
         from evaluation import evaluate_async

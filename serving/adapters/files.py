@@ -1,9 +1,10 @@
 """An adapter folder's files: the checks before upload and after download, and its content version.
 
 The store (``serving.adapters.store``) validates a folder with :func:`validate_adapter` before
-upload and names the upload by :func:`content_version`, so equal files always get the same
-version; an LLM replica checks each download with :func:`verify_adapter_folder` before the
-engine sees it.
+upload (well-formed, and served as trained: :mod:`serving.adapters.modules`) and names the upload
+by :func:`content_version`, so equal files always get the same version (:func:`content_version_of`
+hashes the bytes, which the store's re-check of its objects uses too); an LLM replica checks each
+download with :func:`verify_adapter_folder` before the engine sees it.
 """
 
 from __future__ import annotations
@@ -14,21 +15,28 @@ import os
 from pathlib import Path
 from typing import Any
 
+from serving.adapters.modules import adapter_max_rank, check_servable
 from serving.errors import AdapterInvalid, AdapterLoadFailed
 
 WEIGHTS = "adapter_model.safetensors"
 CONFIG = "adapter_config.json"
 
 
-def validate_adapter(path: str | Path, *, base_source: str | None, max_rank: int) -> dict[str, Any]:
+def validate_adapter(path: str | Path, *, base_source: str | None, max_rank: int,
+                     vision_tower: bool = False) -> dict[str, Any]:
     """Check a local adapter folder before upload; returns its adapter_config.
 
-    Checks: both files exist, the config is a LoRA (peft) config, its rank is within
-    ``max_rank``, its base model matches ``base_source`` when both are known, and the weights
-    load as safetensors with LoRA A/B tensors of that rank.
+    Checks: both files exist, the config is a LoRA (peft) config, its rank (``r`` and any
+    ``rank_pattern``) is within ``max_rank``, its base model matches ``base_source`` when both are
+    known, the weights load as safetensors with LoRA A/B tensors of those ranks, and the engine
+    would serve it as trained (:func:`~serving.adapters.modules.check_servable`): no peft feature
+    vLLM refuses, and no trained module it would leave out (one that names no module of the base
+    ``base_source``, or one in the vision tower or its merger unless ``vision_tower``, the serving
+    config's ``lora.vision_tower``).
 
     Raises:
-        AdapterInvalid: naming the first problem found.
+        AdapterInvalid: naming the first problem found (AdapterNotServable when the engine would
+            refuse it or serve it other than trained).
     """
     folder = Path(path)
     for fname in (CONFIG, WEIGHTS):
@@ -43,16 +51,18 @@ def validate_adapter(path: str | Path, *, base_source: str | None, max_rank: int
     rank = cfg.get("r")
     if not isinstance(rank, int) or rank < 1:
         raise AdapterInvalid(f"{CONFIG} has no valid rank r (got {rank!r})")
-    if rank > max_rank:
-        raise AdapterInvalid(f"adapter rank {rank} exceeds the gateway's max_lora_rank {max_rank}")
+    top = adapter_max_rank(cfg)
+    if top > max_rank:
+        raise AdapterInvalid(f"adapter rank {top} exceeds the gateway's max_lora_rank {max_rank}")
     declared = cfg.get("base_model_name_or_path")
     if base_source and declared and Path(str(declared)).name != Path(base_source).name:
         raise AdapterInvalid(f"adapter was trained on {declared!r}, not on this base ({base_source!r})")
-    _check_weights(folder / WEIGHTS, rank)
+    _check_weights(folder / WEIGHTS, rank, set((cfg.get("rank_pattern") or {}).values()))
+    check_servable(folder, cfg, base_source=base_source, vision_tower=vision_tower)
     return cfg
 
 
-def _check_weights(path: Path, rank: int) -> None:
+def _check_weights(path: Path, rank: int, other_ranks: set[int]) -> None:
     from safetensors import safe_open
 
     try:
@@ -66,15 +76,22 @@ def _check_weights(path: Path, rank: int) -> None:
         raise AdapterInvalid(f"{WEIGHTS} holds no lora_A/lora_B tensors")
     for k in lora:
         dim = shapes[k][0] if "lora_A" in k else shapes[k][-1]
-        if dim != rank:
+        if dim != rank and dim not in other_ranks:  # rank_pattern gives some modules their own rank
             raise AdapterInvalid(f"tensor {k} has rank {dim}, config says {rank}")
 
 
 def content_version(folder: str | Path) -> str:
-    """Short content hash of config + weights: equal files, equal version."""
+    """Short content hash of a folder's config + weights: equal files, equal version."""
+    return content_version_of((Path(folder) / CONFIG).read_bytes(), (Path(folder) / WEIGHTS).read_bytes())
+
+
+def content_version_of(config: bytes, weights: bytes) -> str:
+    """The content version of an adapter's two files' bytes (sha256 of config then weights, first 12
+    hex digits): what :func:`content_version` names a folder by, and what the store re-hashes its
+    objects with to check they are still the version they were published as."""
     h = hashlib.sha256()
-    for fname in (CONFIG, WEIGHTS):
-        h.update((Path(folder) / fname).read_bytes())
+    for data in (config, weights):
+        h.update(data)
     return h.hexdigest()[:12]
 
 
@@ -96,4 +113,4 @@ def verify_adapter_folder(path: str) -> None:
         raise AdapterLoadFailed(f"{WEIGHTS} holds no LoRA tensors")
 
 
-__all__ = ["CONFIG", "WEIGHTS", "content_version", "validate_adapter", "verify_adapter_folder"]
+__all__ = ["CONFIG", "WEIGHTS", "content_version", "content_version_of", "validate_adapter", "verify_adapter_folder"]

@@ -5,7 +5,9 @@ Each move is one conditional replacement of the name's ref (:meth:`AdapterStore.
 move and its record never disagree and two writers racing never lose an update. A canary
 (``serving.adapters.canary``) is a second version the name serves to a weighted share of sessions; it
 lives in the same ref, next to the version it is tested against, and ends by :meth:`promote`
-(it becomes the version) or :meth:`abort_canary`.
+(it becomes the version) or :meth:`abort_canary`. A version whose recorded parity failed
+(``serving.adapters.parity``) is promoted only when forced; every move keeps the parity records of
+the versions its history still holds.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from serving.adapters.canary import Canary, canary_of, check_weight
 from serving.adapters.files import CONFIG
+from serving.adapters.parity import kept_parity, parity_of, refuse_failed_parity
 from serving.adapters.refs import STABLE_MOVES, AdapterRef, AliasMove, check_version, history_of, now, ref_of, with_move
 from serving.errors import AdapterNotFound, InvalidCanary, NoCanary, NoRollbackTarget
 
@@ -38,16 +41,19 @@ class AliasMoves:
             raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
         return [AliasMove(**m) for m in history_of(doc)]
 
-    def promote(self, name: str, version: str | None = None) -> AdapterRef:
+    def promote(self, name: str, version: str | None = None, *, force: bool = False) -> AdapterRef:
         """Point ``name`` at ``version``, any version ever pushed under that name; without
         ``version``, at the canary's (promoting the canary). A running canary ends when its
         version becomes the one served, and keeps running otherwise.
 
-        Promoting the version already served changes nothing (no history entry).
+        A version whose recorded parity check failed (:meth:`record_parity`) is refused unless
+        ``force``; a version with no parity record is not blocked. Promoting the version already
+        served changes nothing (no history entry).
 
         Raises:
             BadAdapterName (400), AdapterNotFound (404: unknown name or version), NoCanary (409: no
-            version given and no canary runs), AdapterRefConflict (409), AdapterStoreUnavailable (503).
+            version given and no canary runs), ParityFailed (409: its parity failed, not forced),
+            AdapterRefConflict (409), AdapterStoreUnavailable (503).
         """
         doc, _ = self._read_ref(name)
         if doc is None:
@@ -57,9 +63,15 @@ class AliasMoves:
         check_version(version)
         self._require_version(name, version)
         base, rank = self._version_info(name, version, doc)
+
+        def check(doc: dict[str, Any] | None) -> None:
+            self._published(name)(doc)
+            if doc["version"] != version:  # judged on the ref being replaced, in the same write
+                refuse_failed_parity(name, version, parity_of(doc).get(version), force=force)
+
         ref = self._move(name, AliasMove(version=version, at=now(), action="promote", base=base, rank=rank),
-                         check=self._published(name))
-        log.info("promoted adapter %s to version %s", name, version)
+                         check=check)
+        log.info("promoted adapter %s to version %s%s", name, version, " (forced)" if force else "")
         return ref
 
     def rollback(self, name: str) -> AdapterRef:
@@ -178,6 +190,9 @@ class AliasMoves:
             canary = (doc or {}).get("canary")
             if canary and canary["version"] != step.version:
                 new["canary"] = canary
+            parity = kept_parity(doc, [m["version"] for m in history] + ([canary["version"]] if canary else []))
+            if parity:
+                new["parity"] = parity
             return new
 
         return ref_of(name, self._update_ref(name, change))

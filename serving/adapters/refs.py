@@ -1,7 +1,7 @@
 """An adapter name's ref document (``_refs/{name}.json``) and the names and versions it holds.
 
-The ref is the alias: ``{"version", "base", "rank", "pushed_at", "history", "canary"}``, one small
-S3 object per name (:mod:`serving.adapters` reads and replaces it). Everything here is pure: name
+The ref is the alias: ``{"version", "base", "rank", "pushed_at", "history", "canary", "parity"}``, one
+small S3 object per name (:mod:`serving.adapters` reads and replaces it). Everything here is pure: name
 and version checks, the moves recorded in ``history`` (newest first), and the published view
 (:class:`AdapterRef`) of a document.
 """
@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from serving.adapters.canary import Canary, canary_of
+from serving.adapters.parity import ParityRecord, parity_of
 from serving.errors import BadAdapterName
 
 ADAPTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -62,8 +63,9 @@ class AliasMove:
 
 @dataclass(frozen=True)
 class AdapterRef:
-    """A published adapter: its name, current version and what it was trained for, and the canary
-    version it serves to a share of sessions, if one runs."""
+    """A published adapter: its name, current version and what it was trained for, the canary
+    version it serves to a share of sessions, if one runs, and the parity records of those versions
+    (``serving.adapters.parity``), by version, if any was recorded."""
 
     name: str
     version: str
@@ -71,6 +73,7 @@ class AdapterRef:
     rank: int | None
     pushed_at: str
     canary: Canary | None = None
+    parity: dict[str, ParityRecord] | None = None
 
     @property
     def folder(self) -> str:
@@ -97,5 +100,8 @@ def with_move(doc: dict[str, Any] | None, move: AliasMove) -> list[dict[str, Any
 
 def ref_of(name: str, doc: dict[str, Any]) -> AdapterRef:
     """The published view of ``name``'s ref document."""
+    canary = canary_of(doc)
+    served = {doc["version"], *([canary.version] if canary else [])}
+    parity = {v: r for v, r in parity_of(doc).items() if v in served}
     return AdapterRef(name=name, version=doc["version"], base=doc.get("base"), rank=doc.get("rank"),
-                      pushed_at=doc.get("pushed_at", ""), canary=canary_of(doc))
+                      pushed_at=doc.get("pushed_at", ""), canary=canary, parity=parity or None)

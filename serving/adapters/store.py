@@ -6,7 +6,7 @@ Layout under the configured prefix (``s3://bucket/prefix``)::
     {name}@{version}/adapter_config.json         written after the weights: its presence
                                                  marks a complete upload
     _refs/{name}.json                            {"version", "base", "rank", "pushed_at", "history",
-                                                 "canary"}: written last, publishes the version
+                                                 "canary", "parity"}: written last, publishes the version
 
 A name is an alias to one immutable version. The ref is the alias: one small object replaced by a
 single conditional PUT (``If-Match`` its ETag, or ``If-None-Match: *`` when new), so a push,
@@ -19,7 +19,8 @@ by :meth:`AdapterStore.promote` (it becomes the version) or :meth:`AdapterStore.
 
 This module is the store itself (S3 access, reads, listing, push, remove, the conditional ref
 write); the ref document and its names are :mod:`serving.adapters.refs`, the alias moves (promote,
-rollback, canary, abort) :mod:`serving.adapters.moves`, mixed into :class:`AdapterStore`.
+rollback, canary, abort) :mod:`serving.adapters.moves` and the version checks (verify, parity records)
+:mod:`serving.adapters.checks`, both mixed into :class:`AdapterStore`.
 
 Ray Serve LLM downloads ``{prefix}/{adapter_id}/``; the gateway resolves a user's
 ``base:name`` to ``base:name@version`` through ``_refs``, so a replica's cache is keyed by
@@ -34,8 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from serving.adapters.canary import check_weight
+from serving.adapters.checks import VersionChecks
 from serving.adapters.files import CONFIG, WEIGHTS, content_version, validate_adapter
 from serving.adapters.moves import AliasMoves
+from serving.adapters.parity import parity_of
 from serving.adapters.refs import (
     ADAPTER_NAME,
     REFS,
@@ -60,7 +63,7 @@ __all__ = ["AdapterStore"]
 log = logging.getLogger(__name__)
 
 
-class AdapterStore(AliasMoves):
+class AdapterStore(AliasMoves, VersionChecks):
     """Adapters under an S3 prefix. S3 failures become :class:`AdapterStoreUnavailable` (503),
     never "not found", so a transient outage is not remembered as a missing adapter (``s3``: the
     bucket, :class:`~serving.adapters.s3.S3Bucket`)."""
@@ -97,8 +100,10 @@ class AdapterStore(AliasMoves):
         self._require_version(name, version)
         doc, _ = self._read_ref(name)
         move = next((m for m in history_of(doc) if m["version"] == version), None) if doc else None
+        parity = parity_of(doc).get(version)
         return AdapterRef(name=name, version=version, base=(move or doc or {}).get("base"),
-                          rank=(move or {}).get("rank"), pushed_at=(move or {}).get("at", ""))
+                          rank=(move or {}).get("rank"), pushed_at=(move or {}).get("at", ""),
+                          parity={version: parity} if parity else None)
 
     def _require_version(self, name: str, version: str) -> None:
         try:
@@ -169,21 +174,25 @@ class AdapterStore(AliasMoves):
 
     # -- writes --------------------------------------------------------------------------
     def push(self, folder: str | Path, name: str, *, base: str | None = None, base_source: str | None = None,
-             max_rank: int = 32, force: bool = False, canary: float | None = None) -> AdapterRef:
+             max_rank: int = 32, force: bool = False, canary: float | None = None,
+             vision_tower: bool = False) -> AdapterRef:
         """Validate and publish a local adapter folder as ``name``.
 
         Weights go up first, then adapter_config.json, then the ref that makes the version
         visible. An existing name is refused unless ``force``; pushing identical files again
         is a no-op. With ``canary`` (a percentage) the new version does not replace the one
-        served: it becomes the name's canary at that weight (:meth:`canary`).
+        served: it becomes the name's canary at that weight (:meth:`canary`). ``vision_tower`` is the
+        serving config's ``lora.vision_tower``: without it, an adapter with trained vision-tower
+        modules is refused (the engine would serve it without them), before anything is uploaded.
 
         Raises:
-            BadAdapterName, AdapterInvalid (400), InvalidCanary (400), AdapterExists (409),
+            BadAdapterName, AdapterInvalid (400; AdapterNotServable: served other than trained),
+            InvalidCanary (400), AdapterExists (409),
             AdapterNotFound (404: a canary for a name not published yet), AdapterStoreUnavailable (503).
         """
         check_name(name)
         weight = None if canary is None else check_weight(canary)
-        cfg = validate_adapter(folder, base_source=base_source, max_rank=max_rank)
+        cfg = validate_adapter(folder, base_source=base_source, max_rank=max_rank, vision_tower=vision_tower)
         version = content_version(folder)
         if weight is not None:
             if self._read_ref(name)[0] is None:

@@ -1,9 +1,11 @@
-"""``maze-serve adapters ...``: list, push, promote, roll back, canary and remove adapters, in S3 or
-through a gateway's management routes."""
+"""``maze-serve adapters ...``: list, push, promote, roll back, canary, verify and remove adapters, in S3
+or through a gateway's management routes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 
 import click
 
@@ -11,6 +13,12 @@ from agent.cli_boundary import json_option
 from serving.cli import placement
 from serving.cli.common import config_of, gateway_options, store_of
 from serving.errors import BadAdapterName, BadRequest
+
+
+def _parity(ref, version: str) -> str:
+    from serving.adapters import parity_label
+
+    return parity_label((ref.parity or {}).get(version))
 
 
 @click.group()
@@ -30,15 +38,18 @@ def adapters(ctx: click.Context, gateway: str | None, api_key: str | None) -> No
 @json_option()
 @click.pass_context
 def adapters_list(ctx: click.Context, as_json: bool) -> None:
-    """Published adapters with their versions."""
+    """Published adapters with their versions and their parity checks (ok and the largest difference,
+    FAILED, or - when none was recorded)."""
     cfg = config_of(ctx)
     refs = store_of(cfg).list()
     if as_json:
-        click.echo(json.dumps([r.__dict__ for r in refs], indent=2))
+        click.echo(json.dumps([dataclasses.asdict(r) for r in refs], indent=2))
         return
     for r in refs:
-        canary = f"\tcanary {r.canary.version} {r.canary.weight:g}%" if r.canary else ""
-        click.echo(f"{r.name}\t{r.version}\trank {r.rank}\tbase {r.base}\t{r.pushed_at}{canary}")
+        canary = (f"\tcanary {r.canary.version} {r.canary.weight:g}% parity {_parity(r, r.canary.version)}"
+                  if r.canary else "")
+        click.echo(f"{r.name}\t{r.version}\trank {r.rank}\tbase {r.base}\t{r.pushed_at}\t"
+                   f"parity {_parity(r, r.version)}{canary}")
 
 
 @adapters.command("push")
@@ -56,7 +67,7 @@ def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, 
     if spec is None:
         raise BadRequest(f"unknown base {base!r}; known: {[m.id for m in cfg.base_models]}")
     ref = store_of(cfg).push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank, force=force,
-                           canary=weight)
+                           canary=weight, vision_tower=cfg.lora.vision_tower)
     if weight is not None:
         click.echo(f"published {spec.id}:{ref.name} version {ref.canary.version} as a canary "
                    f"({ref.canary.weight:g}%; {ref.version} serves the rest)")
@@ -75,16 +86,21 @@ def adapters_rm(ctx: click.Context, name: str) -> None:
 
 @adapters.command("promote")
 @click.argument("target", metavar="NAME@VERSION|NAME")
+@click.option("--force", is_flag=True, help="promote a version whose recorded parity check failed")
 @click.pass_context
-def adapters_promote(ctx: click.Context, target: str) -> None:
+def adapters_promote(ctx: click.Context, target: str, force: bool) -> None:
     """Point NAME at VERSION (any version ever pushed under NAME); served within the resolver's TTL.
 
-    NAME alone promotes its running canary (which then ends)."""
+    NAME alone promotes its running canary (which then ends). A version whose recorded parity check
+    failed is refused (exit 4) unless --force; a version never checked is not."""
     from serving.adapters import split_model_name
 
     name, version = split_model_name(target)
-    ref = store_of(config_of(ctx)).promote(name, version)
+    ref = store_of(config_of(ctx)).promote(name, version, force=force)
     click.echo(f"{ref.name} -> {ref.version}")
+    if _parity(ref, ref.version).startswith("FAILED"):
+        click.echo(f"warning: {ref.name}@{ref.version} serves although its parity check failed "
+                   f"({_parity(ref, ref.version)})", err=True)
 
 
 @adapters.command("canary")
@@ -130,13 +146,66 @@ def adapters_rollback(ctx: click.Context, name: str) -> None:
 @json_option()
 @click.pass_context
 def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
-    """NAME's moves, newest first: version, time, action (the first line is the version served)."""
-    moves = store_of(config_of(ctx)).history(name)
+    """NAME's moves, newest first: version, time, action, then a canary's weight and the version's
+    parity check (ok and the largest difference, FAILED, or -) (the first line is the version served)."""
+    store = store_of(config_of(ctx))
+    moves, parity = store.history(name), store.parity(name)
     if as_json:
-        click.echo(json.dumps([m.__dict__ for m in moves], indent=2))
+        records = {v: dataclasses.asdict(r) for v, r in parity.items()}
+        click.echo(json.dumps([{**m.__dict__, "parity": records.get(m.version)} for m in moves], indent=2))
         return
+    from serving.adapters import parity_label
+
     for m in moves:
-        click.echo(f"{m.version}\t{m.at}\t{m.action}" + (f"\t{m.weight:g}%" if m.weight is not None else ""))
+        weight = f"{m.weight:g}% " if m.weight is not None else ""
+        click.echo(f"{m.version}\t{m.at}\t{m.action}\t{weight}parity {parity_label(parity.get(m.version))}")
+
+
+@adapters.command("verify")
+@click.argument("target", metavar="NAME[@VERSION]")
+@click.option("--parity", is_flag=True,
+              help="also check that the gateway serves the version as trained: its first-token logprobs on fixed "
+                   "maze frames against HF + peft on its files (where the base's weights are here) and against "
+                   "the base; the result is kept with the version (`adapters history`)")
+@click.option("--endpoint", help="the gateway to check with --parity (OpenAI base URL; default: --gateway, else "
+                                 "this config's local gateway)")
+@json_option()
+@click.pass_context
+def adapters_verify(ctx: click.Context, target: str, parity: bool, endpoint: str | None, as_json: bool) -> None:
+    """Re-hash VERSION's stored files (default: the version NAME serves); they must hash to VERSION.
+
+    Exits 2 when they do not: they changed after publishing, and are not what was published. With
+    --parity, exits 1 when the version is not served as trained."""
+    from serving.adapters import split_model_name
+
+    cfg = config_of(ctx)
+    name, version = split_model_name(target)
+    report = store_of(cfg).verify(name, version)
+    out = {**dataclasses.asdict(report), "ok": report.ok}
+    if parity:
+        out["parity"] = _measure_parity(ctx, cfg, name, report.version, endpoint)
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo(f"{report.name}@{report.version} ok: the stored files ({report.weights_bytes} bytes of weights) "
+                   f"hash to {report.actual}")
+        if parity:
+            p = out["parity"]
+            click.echo(f"{report.name}@{report.version} parity {'ok' if p['ok'] else 'FAILED'} against "
+                       f"{p['reference']}: {p['detail']}")
+    if parity and not out["parity"]["ok"]:
+        ctx.exit(1)
+
+
+def _measure_parity(ctx: click.Context, cfg, name: str, version: str, endpoint: str | None) -> dict:
+    from serving.parity import Gateway, check_served
+
+    gateway = ctx.find_root().obj.get("gateway")
+    url = endpoint or (gateway[0] if gateway else f"http://127.0.0.1:{cfg.port}")
+    key = gateway[1] if gateway else os.environ.get("MAZE_API_KEY")
+    url = url.rstrip("/") if url.rstrip("/").endswith("/v1") else url.rstrip("/") + "/v1"
+    _, record = check_served(cfg, Gateway(url, key), name, version)
+    return dataclasses.asdict(record)
 
 
 for _command in placement.COMMANDS:

@@ -1,9 +1,10 @@
 """The gateway's management routes (``serving.ingress.management``) from the command line.
 
 :class:`GatewayAdapters` has the adapter store's methods (``push``, ``canary``, ``promote``,
-``abort_canary``, ``rollback``, ``remove``, ``list``, ``history``), so ``maze-serve adapters
---gateway URL`` runs every adapter command through the gateway, where the caller's API key and
-role decide (403 otherwise), instead of writing S3 with the caller's own credentials.
+``abort_canary``, ``rollback``, ``remove``, ``list``, ``history``, ``parity``, ``verify``), so
+``maze-serve adapters --gateway URL`` runs every adapter command through the gateway, where the
+caller's API key and role decide (403 otherwise), instead of writing S3 with the caller's own
+credentials.
 :func:`usage` reads ``GET /v1/usage`` for ``maze-serve usage``. HTTP errors come back as the
 serving errors they stand for, so the CLI's exit codes are the same on both paths.
 """
@@ -17,9 +18,10 @@ from typing import Any
 
 import httpx
 
-from serving.adapters import CONFIG, WEIGHTS, AdapterRef, AliasMove, Canary
+from serving.adapters import CONFIG, WEIGHTS, AdapterRef, AliasMove, Canary, ParityRecord, VerifyReport
 from serving.errors import (
     AdapterExists,
+    AdapterIntegrityError,
     AdapterNotFound,
     AdapterRefConflict,
     AdapterStoreUnavailable,
@@ -27,6 +29,7 @@ from serving.errors import (
     Forbidden,
     NoCanary,
     NoRollbackTarget,
+    ParityFailed,
     RateLimited,
     ServingError,
     Unauthorized,
@@ -35,7 +38,8 @@ from serving.errors import (
 TIMEOUT_S = 600.0  # an upload of a large adapter takes a while
 _BY_CODE = {"adapter_not_found": AdapterNotFound, "model_not_found": AdapterNotFound, "adapter_exists": AdapterExists,
             "no_rollback_target": NoRollbackTarget, "no_canary": NoCanary, "adapter_ref_conflict": AdapterRefConflict,
-            "adapter_store_unavailable": AdapterStoreUnavailable}
+            "adapter_store_unavailable": AdapterStoreUnavailable, "adapter_parity_failed": ParityFailed,
+            "adapter_integrity_failed": AdapterIntegrityError}
 _BY_STATUS = {401: Unauthorized, 403: Forbidden, 404: AdapterNotFound, 409: AdapterExists, 429: RateLimited}
 
 
@@ -59,8 +63,9 @@ def error_of(resp: httpx.Response) -> ServingError:
 
 
 def _ref(doc: dict[str, Any]) -> AdapterRef:
-    canary = doc.get("canary")
-    return AdapterRef(**{**doc, "canary": Canary(**canary) if canary else None})
+    canary, parity = doc.get("canary"), doc.get("parity")
+    return AdapterRef(**{**doc, "canary": Canary(**canary) if canary else None,
+                         "parity": {v: ParityRecord(**r) for v, r in parity.items()} if parity else None})
 
 
 class GatewayAdapters:
@@ -86,6 +91,14 @@ class GatewayAdapters:
     def history(self, name: str) -> list[AliasMove]:
         return [AliasMove(**m) for m in self._call("GET", f"/v1/adapters/{name}/history")["data"]]
 
+    def parity(self, name: str) -> dict[str, ParityRecord]:
+        return {v: ParityRecord(**r) for v, r in self._call("GET", f"/v1/adapters/{name}/parity")["data"].items()}
+
+    def verify(self, name: str, version: str | None = None) -> VerifyReport:
+        """The gateway re-hashes the version's stored files (a mismatch comes back as AdapterIntegrityError)."""
+        report = self._call("GET", f"/v1/adapters/{name}/verify", params={"version": version} if version else {})
+        return VerifyReport(**{k: v for k, v in report.items() if k != "ok"})
+
     def push(self, folder: str | Path, name: str, *, base: str | None = None, force: bool = False,
              canary: float | str | None = None, **_store_only: Any) -> AdapterRef:
         """Upload FOLDER's adapter files as a tar; the gateway validates and publishes them."""
@@ -103,8 +116,9 @@ class GatewayAdapters:
             return _ref(self._call("POST", f"/v1/adapters/{name}/versions", params=params, content=buf.read(),
                                    headers={"Content-Type": "application/x-tar"}))
 
-    def promote(self, name: str, version: str | None = None) -> AdapterRef:
-        return _ref(self._call("POST", f"/v1/adapters/{name}/promote", json={"version": version}))
+    def promote(self, name: str, version: str | None = None, *, force: bool = False) -> AdapterRef:
+        body = {"version": version, **({"force": True} if force else {})}
+        return _ref(self._call("POST", f"/v1/adapters/{name}/promote", json=body))
 
     def canary(self, name: str, version: str, weight: float | str) -> AdapterRef:
         try:

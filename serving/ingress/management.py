@@ -2,9 +2,12 @@
 
 * ``GET /v1/usage?since=1h[&key=NAME]``: requests, errors and tokens per key and model from the
   gateway's counters (``serving.auth.usage``); an admin sees every key, any other key its own.
-* ``GET /v1/adapters``, ``GET /v1/adapters/{name}/history``: published adapters the key may see.
+* ``GET /v1/adapters``, ``GET /v1/adapters/{name}/history``, ``.../parity`` (its versions' parity
+  records), ``.../verify?version=`` (re-hash a version's stored files; 422 when they changed):
+  published adapters the key may see.
 * ``POST /v1/adapters/{name}/versions`` (a tar of the adapter folder; ``?base=&force=&canary=``),
-  ``.../canary`` (``{"version", "weight"}``), ``.../promote`` (``{"version"}`` or none: the canary),
+  ``.../canary`` (``{"version", "weight"}``), ``.../promote`` (``{"version", "force"}`` or none: the
+  canary; ``force`` promotes a version whose parity check failed, else 409),
   ``.../abort``, ``.../rollback``: a publisher on names its models cover, an admin on any name;
   ``DELETE /v1/adapters/{name}``: admin only. Another key gets 403.
 
@@ -108,6 +111,7 @@ class CanaryBody(BaseModel):
 class PromoteBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: str | None = Field(None, description="the version to serve; none: the running canary")
+    force: bool = Field(False, description="promote it even though its recorded parity check failed")
 
 
 @router.get("/v1/adapters")
@@ -125,6 +129,29 @@ async def adapter_history(request: Request, name: str):
         raise AdapterNotFound(f"adapter {name!r} does not exist or you do not have access to it")
     moves = await asyncio.to_thread(_store(cfg).history, name)
     return {"object": "list", "data": [dataclasses.asdict(m) for m in moves]}
+
+
+def _visible(cfg: ServingConfig, name: str) -> str:
+    """``name`` (plain) when the key may see it, else the 404 a missing name gets."""
+    if not _visible_name(cfg, _plain(name)):
+        raise AdapterNotFound(f"adapter {name!r} does not exist or you do not have access to it")
+    return name
+
+
+@router.get("/v1/adapters/{name}/parity")
+async def adapter_parity(request: Request, name: str):
+    cfg = _config(request)
+    records = await asyncio.to_thread(_store(cfg).parity, _visible(cfg, name))
+    return {"object": "parity", "data": {v: dataclasses.asdict(r) for v, r in records.items()}}
+
+
+@router.get("/v1/adapters/{name}/verify")
+async def verify_adapter(request: Request, name: str,
+                         version: str | None = Query(None, description="the version (default: the one served)")):
+    cfg = _config(request)
+    split_model_name(f"{_visible(cfg, name)}@{version}" if version else name)  # a bad version is a 400
+    report = await asyncio.to_thread(_store(cfg).verify, name, version)
+    return {**dataclasses.asdict(report), "ok": report.ok}
 
 
 def _extract(archive: Path, out: Path) -> None:
@@ -162,7 +189,8 @@ async def push_adapter(request: Request, name: str,
             fh.close()
         await asyncio.to_thread(_extract, archive, folder)
         ref = await asyncio.to_thread(_store(cfg).push, folder, name, base=spec.id, base_source=spec.source,
-                                      max_rank=cfg.lora.max_rank, force=force, canary=canary)
+                                      max_rank=cfg.lora.max_rank, force=force, canary=canary,
+                                      vision_tower=cfg.lora.vision_tower)
     return _ref(ref)
 
 
@@ -178,10 +206,10 @@ async def canary_adapter(request: Request, name: str, body: CanaryBody):
 @router.post("/v1/adapters/{name}/promote")
 async def promote_adapter(request: Request, name: str, body: PromoteBody | None = None):
     cfg = _config(request)
-    version = body.version if body is not None else None
+    version, force = (body.version, body.force) if body is not None else (None, False)
     split_model_name(_plain(name) if version is None else f"{_plain(name)}@{version}")
     _check(cfg, "promote", name)
-    return _ref(await asyncio.to_thread(_store(cfg).promote, name, version))
+    return _ref(await asyncio.to_thread(_store(cfg).promote, name, version, force=force))
 
 
 async def _move(request: Request, name: str, action: str, method: str) -> dict[str, Any]:

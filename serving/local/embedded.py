@@ -133,7 +133,8 @@ def start_s3(cfg: ServingConfig, adapters: dict[str, Path] | None = None, log_di
     store.ensure_bucket()
     base = cfg.base_models[0]
     for name, folder in (shipped_adapters() if adapters is None else adapters).items():
-        ref = store.push(folder, name, base=base.id, base_source=base.source, max_rank=cfg.lora.max_rank, force=True)
+        ref = store.push(folder, name, base=base.id, base_source=base.source, max_rank=cfg.lora.max_rank, force=True,
+                         vision_tower=cfg.lora.vision_tower)
         log.info("seeded adapter %s:%s version %s", base.id, name, ref.version)
     state = read_state() if log_dir == state_dir() / "logs" else None
     if state is not None:  # a restart during an outage drill: remember the new pid

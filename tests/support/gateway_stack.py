@@ -104,7 +104,8 @@ class Stack:
 
     def push(self, folder, name, force=False):
         spec = self.cfg.base_models[0]
-        return self.store.push(folder, name, base=spec.id, base_source=spec.source, max_rank=self.cfg.lora.max_rank, force=force)
+        return self.store.push(folder, name, base=spec.id, base_source=spec.source, max_rank=self.cfg.lora.max_rank,
+                               force=force, vision_tower=self.cfg.lora.vision_tower)
 
     def first_logprobs(self, model: str) -> list[tuple[str, float]]:
         resp = self.client.chat.completions.create(model=model, messages=image_messages(), max_tokens=4,

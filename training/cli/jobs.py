@@ -14,6 +14,7 @@ from training.cli.curves import record_points
 from training.errors import InvalidSpec
 from training.jobs import follow_metrics, new_submission_id
 from training.local_job import local_entrypoint
+from training.lora_targets import serving_mismatch
 from training.overrides import render_entrypoint
 
 
@@ -23,12 +24,20 @@ from training.overrides import render_entrypoint
 @click.option("--submission-id", help="job id (default: generated); resubmitting a spec resumes its checkpoints")
 @click.option("--resource", "resources", multiple=True, metavar="NAME=AMOUNT",
               help="custom Ray resource the job's driver needs (repeatable), e.g. maze_worker_1=1 to run it on that node")
+@click.option("--serving-config", help="serving config (name or YAML) the job's adapters will be published to "
+                                       "(default: the embedded one); LoRA targets it would not serve are refused")
 @SPEC_ARG
 def submit(address: str, trainer: str, submission_id: str | None, resources: tuple[str, ...],
-           spec_path: str | None) -> None:
-    """Submit SPEC (default: the reference) as a Ray job; prints the submission id."""
+           serving_config: str | None, spec_path: str | None) -> None:
+    """Submit SPEC (default: the reference) as a Ray job; prints the submission id.
+
+    A SkyRL spec whose LoRA targets reach the vision tower is refused (exit 2) when the serving
+    config has lora.vision_tower off: its adapters would be refused at publish. The local trainer
+    always targets the language model, so it is not checked."""
     needs = _resources(resources)
     spec = load_spec(spec_path)
+    if trainer == "skyrl":
+        _check_served(spec, serving_config)
     entrypoint = render_entrypoint(spec) if trainer == "skyrl" else local_entrypoint(spec)
     sid = submission_id or new_submission_id(trainer)
     meta = {"trainer": trainer, "base": spec.model.path.rstrip("/").rsplit("/", 1)[-1], "env_id": spec.env.env_id,
@@ -37,6 +46,22 @@ def submit(address: str, trainer: str, submission_id: str | None, resources: tup
     with quiet_ray_client():
         click.echo(client.submit(entrypoint, submission_id=sid, env_vars=dict(spec.env_vars), metadata=meta,
                                  resources=needs))
+
+
+def _check_served(spec, serving_config: str | None) -> None:
+    """Refuse ``spec`` (InvalidSpec) when the serving config would not serve the adapters it trains."""
+    from serving.config import load_config  # serving's config only: no boto3, no vLLM
+
+    try:
+        cfg = load_config(serving_config)
+    except (OSError, ValueError) as exc:  # a missing file, an unknown name, a config that does not validate
+        raise InvalidSpec(f"serving config {serving_config}: {exc}") from None
+    try:
+        reason = serving_mismatch(spec, vision_tower=cfg.lora.vision_tower, serving_config=serving_config or "embedded")
+    except ValueError as exc:
+        raise InvalidSpec(str(exc)) from None
+    if reason:
+        raise InvalidSpec(reason)
 
 
 def _resources(pairs: tuple[str, ...]) -> dict[str, float]:

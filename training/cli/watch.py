@@ -30,11 +30,15 @@ from training.watch import DEFAULT_SEEDS, WatchConfig, Watcher
 @click.option("--ledger", help="file recording the published versions (default: under ~/.local/share/maze-gateway/watch)")
 @click.option("--interval", default=30.0, show_default=True, help="seconds between looks at the export path")
 @click.option("--once", is_flag=True, help="one pass over the steps exported now, then exit")
+@click.option("--parity/--no-parity", default=True, show_default=True,
+              help="before scoring a step, check that the gateway serves it as trained (HF + peft on its files); "
+                   "a step that fails is not scored")
 def watch(submission_id: str, adapter: str, address: str | None, export_path: str | None, env_id: str | None,
           interval: float, once: bool, **opts) -> None:
     """Publish, serve and score every step JOB exports, until the job ends (a served curve).
 
-    Each new step becomes a version of ADAPTER, is scored through the gateway pinned to that version
+    Each new step becomes a version of ADAPTER, has its served parity checked (recorded with the
+    version: `maze-serve adapters history ADAPTER`), is scored through the gateway pinned to that version
     and recorded next to the trainer's own pass@1: `maze-eval leaderboard --curves`, `maze-eval report
     --curve JOB`. Killed and restarted, it goes on where it stopped. Exit 0 when every exported step
     is scored, 1 when some scoring runs stayed incomplete (run it again to resume them).

@@ -170,23 +170,28 @@ def test_rows_that_do_not_match_the_mapping_take_the_stock_path():
 
 
 def test_the_gateway_installs_the_kernels_on_cpu_engines_only():
+    """Every engine gets a worker extension (the LoRA coverage report); only grouped CPU engines the kernels."""
     from serving.app import llm_config_dicts
     from serving.config import ServingConfig
-    from serving.engine import WORKER_EXTENSION_PATH
+    from serving.engine import COVERAGE_EXTENSION_PATH, WORKER_EXTENSION_PATH
+    from serving.engine.lora_coverage import COVERAGE_QUALNAME
     from serving.engine.lora_worker import EXTENSION_QUALNAME
 
-    assert WORKER_EXTENSION_PATH == EXTENSION_QUALNAME
+    assert (WORKER_EXTENSION_PATH, COVERAGE_EXTENSION_PATH) == (EXTENSION_QUALNAME, COVERAGE_QUALNAME)
     embedded = ServingConfig.shipped("embedded")
     (cpu,) = llm_config_dicts(embedded)
     assert cpu["engine_kwargs"]["worker_extension_cls"] == EXTENSION_QUALNAME
     (gpu,) = llm_config_dicts(ServingConfig.shipped("production"))
-    assert "worker_extension_cls" not in gpu["engine_kwargs"]
+    assert gpu["engine_kwargs"]["worker_extension_cls"] == COVERAGE_QUALNAME
     stock = embedded.model_copy(update={"lora": embedded.lora.model_copy(update={"cpu_kernels": "vllm"})})
     (cpu_stock,) = llm_config_dicts(stock)
-    assert "worker_extension_cls" not in cpu_stock["engine_kwargs"]
+    assert cpu_stock["engine_kwargs"]["worker_extension_cls"] == COVERAGE_QUALNAME
+    assert "enable_tower_connector_lora" not in cpu["engine_kwargs"]
+    tower = embedded.model_copy(update={"lora": embedded.lora.model_copy(update={"vision_tower": True})})
+    assert llm_config_dicts(tower)[0]["engine_kwargs"]["enable_tower_connector_lora"] is True
 
 
-def test_a_worker_extension_of_ones_own_is_refused_while_grouped():
+def test_a_worker_extension_of_ones_own_is_refused():
     from serving.config import ServingConfig
 
     data = ServingConfig.shipped("embedded").model_dump(mode="json")
@@ -194,7 +199,8 @@ def test_a_worker_extension_of_ones_own_is_refused_while_grouped():
     with pytest.raises(ValueError, match="worker_extension_cls"):
         ServingConfig.model_validate(data)
     data["lora"]["cpu_kernels"] = "vllm"
-    assert ServingConfig.model_validate(data).base_models[0].engine_kwargs["worker_extension_cls"] == "my.ext:Cls"
+    with pytest.raises(ValueError, match="worker_extension_cls"):
+        ServingConfig.model_validate(data)
 
 
 def test_the_worker_extension_installs_the_grouped_wrapper():

@@ -131,6 +131,9 @@ def test_every_exported_step_is_published_scored_and_curved_across_a_kill(stack,
         (run,) = store.runs_named(served_run_name(job, step))
         assert run["status"] == "complete" and run["manifest"]["adapter_version"] == version
         assert [r["seed"] for r in store.episode_rows(run["run_id"])] == list(range(8))
+    # Served as trained: each step's parity against HF + peft on its files, kept with its version.
+    parity = stack.store.parity("watched")
+    assert all(parity[v].ok and parity[v].reference == "hf+peft" for v in versions), parity
     rows = {(r["id"], r["seed"]) for r in store.episode_rows(killed_run)}
     assert set(kept) <= rows and len(kept) < 8
     assert [(r["step"], r["version"]) for r in store.list_served_steps(job)] == list(zip(steps, versions, strict=True))

@@ -1,0 +1,40 @@
+"""Served parity's comparison (serving.parity) and its fixed frames."""
+
+from __future__ import annotations
+
+import json
+
+from evaluation.parity_frames import FRAMES_FILE, build_frames
+from serving.parity import TOLERANCE, compare, difference, parity_frames, reference_available
+
+
+def test_the_shipped_frames_are_the_agent_runners_first_turns():
+    assert json.loads(FRAMES_FILE.read_text()) == json.loads(json.dumps(build_frames()))
+    frames = parity_frames()
+    assert len(frames) == 4 and all(c[0]["content"][1]["image_url"]["url"].startswith("data:image/png") for c in frames)
+
+
+def test_difference_is_over_the_tokens_both_lists_hold():
+    a = [("0", -0.10), ("1", -2.0), ("x", -3.0)]
+    b = [("0", -0.11), ("1", -2.005), ("y", -3.5)]
+    diff, same_top = difference(a, b)
+    assert abs(diff - 0.01) < 1e-9 and same_top
+
+
+def test_a_split_utf8_token_matches_whether_decoded_as_empty_or_replacement():
+    assert difference([("\ufffd", -1.0), ("a", -2.0)], [("", -1.001), ("a", -2.0)])[1]
+
+
+def test_a_different_top_token_fails_unless_it_is_a_tie():
+    served = [("0", -0.5), ("1", -0.9)]
+    assert compare([served], [[("1", -0.5), ("0", -0.9)]])[1] == 1
+    tie = [("1", -0.69), ("0", -0.69 - TOLERANCE / 2)]
+    assert compare([[("0", -0.69), ("1", -0.695)]], [tie])[1] == 0
+
+
+def test_no_shared_token_is_an_infinite_difference():
+    assert compare([[("a", -1.0)]], [[("b", -1.0)]])[0] == float("inf")
+
+
+def test_a_reference_needs_the_bases_files(tmp_path):
+    assert "not readable" in reference_available(tmp_path / "nowhere")
