@@ -262,7 +262,9 @@ class GatewayLLMServer(LLMServer):
         # What the load-time checks cost next to the registration (benchmarks/load_checks.py reads it).
         times = {**CHECK_SECONDS.pop(lora_id, {}), "register_s": registered - start,
                  "coverage_s": time.perf_counter() - registered}
-        log.info("adapter load checks %s %s", lora_id, json.dumps({k: round(v, 5) for k, v in times.items()}))
+        # Serve's logger: the replica's log file keeps its INFO lines (this module's logger stops at WARNING there).
+        logging.getLogger("ray.serve").info("adapter load checks %s %s", lora_id,
+                                            json.dumps({k: round(v, 5) for k, v in times.items()}))
         if problem is None:
             return
         name, _, version = lora_id.partition("@")
