@@ -7,11 +7,17 @@ Starts the embedded stack (the shipped embedded config on free ports, its own ``
 its index, so each is a version of its own with the real weights), and for each one:
 
 * cold: the first request through the gateway (one maze-sized image, one token), which downloads,
-  verifies, registers and checks the version; warm: the same request once more; the cold load is
-  the difference;
-* the checks' own time, as the replica logs it (``adapter load checks``): the content hash of the
-  downloaded files against the version (``integrity_s``) and the engine's coverage report
-  (``coverage_s``), next to vLLM's registration (``register_s``).
+  verifies, registers and checks the version; warm: the same request once more (their difference is
+  reported too, but it carries the request's own variation);
+* the cold load's phases, as the replica counts them (``maze_gateway_adapter_load_seconds``, scraped
+  from Ray's metrics endpoint): download (the files streamed from S3 and hashed as they arrive),
+  integrity (the hash compared with the version), register (vLLM's registration), coverage (the
+  engine's report of what it applied);
+* one version downloaded three ways, interleaved: the replica's streamed download with hashing, the
+  same without (what the hash adds), and Ray Serve LLM's own download, which the loader used before
+  (so the cold load without any checks, as it was, is Ray's download + the registration).
+
+The checks are the added hashing + integrity + coverage; their share is of the four phases' sum.
 
 Writes the per-adapter figures and the checks' share of the cold load (median, max, and a
 bootstrap 95% interval of the median), with the commit and the command.
@@ -38,7 +44,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.support.stack import dev_assets, stack_config  # noqa: E402
 
-LINE = re.compile(r"adapter load checks ([^\s\"]+) (\{[^{}]*\})")
+SUM = re.compile(r"^ray_maze_gateway_adapter_load_seconds_total\{([^}]*)\} (\S+)$", re.M)
+PHASES = ("download", "integrity", "register", "coverage")
+LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def copies(src: Path, n: int, root: Path) -> list[Path]:
@@ -62,14 +70,48 @@ def request_s(client, model: str) -> float:
     return time.perf_counter() - t0
 
 
-def logged_checks(ray_temp_dir: str) -> dict[str, dict[str, float]]:
-    found: dict[str, dict[str, float]] = {}
-    for f in (Path(ray_temp_dir) / "session_latest" / "logs").rglob("*"):
-        if f.is_file() and f.suffix in (".log", ".err", ".out"):
-            # Ray's JSON log lines escape the quotes of the message.
-            for m in LINE.finditer(f.read_text(errors="replace").replace('\\"', '"')):
-                found[m.group(1)] = json.loads(m.group(2))
-    return found
+def scraped_phases(metrics_port: int, adapters: list[str], timeout_s: float = 60.0) -> dict[str, dict[str, float]]:
+    """Each adapter's cold-load seconds by phase from the replica's ``maze_gateway_adapter_load_seconds``
+    counter, scraped from Ray's metrics endpoint once every adapter is there."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+        found: dict[str, dict[str, float]] = {}
+        for m in SUM.finditer(text):
+            labels = dict(LABEL.findall(m.group(1)))
+            found.setdefault(f"{labels['adapter']}@{labels['version']}", {})[f"{labels['phase']}_s"] = float(m.group(2))
+        if all(len(found.get(a, {})) == len(PHASES) for a in adapters) or time.monotonic() > deadline:
+            return found
+        time.sleep(2)  # Ray exports a replica's metrics every few seconds
+
+
+def download_variants(store, bucket_uri: str, folder_key: str, rounds: int = 20) -> dict:
+    """The replica's download of one version three ways, interleaved (the order rotating per round): its
+    own streamed download with hashing (what it does), the same without hashing (what the hash adds),
+    and Ray Serve LLM's download (``sync_files_with_lock``, what the loader used before it streamed
+    and hashed the files itself)."""
+    from ray.llm._internal.common.utils.lora_utils import sync_files_with_lock
+
+    from serving.adapters import download_version
+
+    ways = {
+        "hashed": lambda dest: download_version(store.s3, folder_key, dest, hashed=True),
+        "plain": lambda dest: download_version(store.s3, folder_key, dest, hashed=False),
+        "ray": lambda dest: sync_files_with_lock(bucket_uri, str(dest), timeout=60),
+    }
+    times: dict[str, list[float]] = {k: [] for k in ways}
+    names = list(ways)
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(rounds):
+            for name in names[i % 3:] + names[:i % 3]:
+                t0 = time.perf_counter()
+                ways[name](Path(tmp) / f"{i}-{name}")
+                times[name].append(time.perf_counter() - t0)
+    med = {k: round(statistics.median(v), 5) for k, v in times.items()}
+    return {"rounds": rounds, "median_s": med, "hash_added_s": round(max(med["hashed"] - med["plain"], 0.0), 5),
+            "ray_download_s": med["ray"]}
 
 
 def bootstrap_median(values: list[float], rounds: int = 2000) -> list[float]:
@@ -102,14 +144,22 @@ def run(n: int) -> dict:
             cold, warm = request_s(client, model), request_s(client, model)
             rows.append({"adapter": f"cold-{i}@{ref.version}", "cold_s": round(cold, 4), "warm_s": round(warm, 4),
                          "cold_load_s": round(cold - warm, 4)})
-        checks = logged_checks(embedded.read_state().ray_temp_dir)
+        phases = scraped_phases(embedded.read_state().metrics_port, [r["adapter"] for r in rows])
+        hashing = download_variants(store, f"{cfg.adapters.prefix}/{rows[0]['adapter']}",
+                                    f"{store.root}{rows[0]['adapter']}/")
     finally:
         embedded.down()
     for row in rows:
-        row.update(checks.get(row["adapter"], {}))
-        row["checks_s"] = round(row.get("integrity_s", float("nan")) + row.get("coverage_s", float("nan")), 5)
-        row["checks_share"] = round(row["checks_s"] / row["cold_load_s"], 5)
-    return {"adapters": rows}
+        row.update(phases.get(row["adapter"], {}))
+        load = sum(row.get(f"{p}_s", float("nan")) for p in PHASES)
+        row["replica_load_s"] = round(load, 5)
+        # The integrity check is the hash made during the download (hashing.added_s) and the comparison.
+        row["checks_s"] = round(hashing["hash_added_s"] + row.get("integrity_s", float("nan"))
+                                + row.get("coverage_s", float("nan")), 5)
+        row["checks_share"] = round(row["checks_s"] / load, 5)
+        # The same load as the loader did it before (Ray's download, then vLLM's registration, no checks).
+        row["before_load_s"] = round(hashing["ray_download_s"] + row.get("register_s", float("nan")), 5)
+    return {"adapters": rows, "downloads": hashing}
 
 
 def git_commit() -> str:
@@ -131,7 +181,9 @@ def main() -> int:
     out["summary"] = {"checks_share_median": round(statistics.median(shares), 5),
                       "checks_share_median_ci95": bootstrap_median(shares), "checks_share_max": max(shares),
                       "checks_s_median": statistics.median(r["checks_s"] for r in out["adapters"]),
-                      "cold_load_s_median": statistics.median(r["cold_load_s"] for r in out["adapters"])}
+                      "replica_load_s_median": statistics.median(r["replica_load_s"] for r in out["adapters"]),
+                      "before_load_s_median": statistics.median(r["before_load_s"] for r in out["adapters"]),
+                      "client_cold_minus_warm_s_median": statistics.median(r["cold_load_s"] for r in out["adapters"])}
     out["target"] = {"checks_share_max": 0.05}
     out["adapter"] = "maze-grpo (rank 64) copies"
     out["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}

@@ -49,6 +49,13 @@ def _instruments() -> dict:
                             "adapter versions a replica refused to serve, by reason (integrity: files that do not "
                             "hash to the version; incomplete: files missing or not loadable; not_applied: trained "
                             "modules the engine would leave out)", tag_keys=("adapter", "version", "reason")),
+        # A counter of seconds, not a histogram: Ray exports a histogram's sum from its buckets, too coarse
+        # for phases of a few milliseconds (benchmarks/load_checks.py reads these per version).
+        "load_seconds": Counter("maze_gateway_adapter_load_seconds",
+                                "seconds of an adapter version's cold load in a replica, by phase (download: fetch and "
+                                "completeness check; integrity: the files hashed against the version; register: "
+                                "vLLM's registration; coverage: the engine's report of what it applied)",
+                                tag_keys=("adapter", "version", "phase")),
         # Placement (serving.engine.llm_server, serving.placement.agent): per replica through Ray's WorkerId label.
         "evictions": Counter("maze_gateway_adapter_evictions",
                              "adapters evicted from a replica (least recently used, never a pinned one)",
@@ -78,6 +85,9 @@ def _instruments() -> dict:
         "limit_store_errors": Counter("maze_gateway_limit_store_errors",
                                       "failed calls to the shared limit store by action (admit, finish, usage)",
                                       tag_keys=("action",)),
+        "key_source_errors": Counter("maze_gateway_key_source_errors",
+                                     "failed reads of an API key source (auth.keys_file, auth.keys_env) by reason "
+                                     "(missing, unreadable, empty, yaml, invalid)", tag_keys=("reason",)),
     }
 
 

@@ -16,6 +16,7 @@ from serving.adapters.files import (
     WEIGHTS,
     content_version,
     content_version_of,
+    download_version,
     validate_adapter,
     verify_adapter_folder,
 )
@@ -29,5 +30,6 @@ from serving.adapters.store import AdapterStore
 __all__ = ["CONFIG", "LOCAL_S3_CREDENTIALS", "WEIGHTS", "AdapterModules", "AdapterRef", "AdapterResolver",
            "AdapterStore", "AliasMove", "Canary", "ObjectChanged", "ParityRecord", "S3Bucket", "VerifyReport",
            "check_name", "check_servable", "check_version", "check_weight", "content_version", "content_version_of",
-           "export_s3_env", "inspect_adapter", "is_local", "parity_label", "s3_env", "serves_canary", "session_key",
+           "download_version", "export_s3_env", "inspect_adapter", "is_local", "parity_label", "s3_env",
+           "serves_canary", "session_key",
            "split_model_name", "unsupported_features", "validate_adapter", "verify_adapter_folder"]

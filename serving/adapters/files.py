@@ -95,6 +95,46 @@ def content_version_of(config: bytes, weights: bytes) -> str:
     return h.hexdigest()[:12]
 
 
+CHUNK = 1 << 20  # bytes per read while streaming a download
+
+
+def download_version(bucket: Any, folder_key: str, dest: str | Path, *, hashed: bool = True) -> str | None:
+    """Download a version's two files (``{folder_key}adapter_config.json``, then the weights) from
+    ``bucket`` (a :class:`~serving.adapters.s3.S3Bucket`) into ``dest``, hashing the bytes as they
+    arrive; returns their content version (None when not ``hashed``), so checking a download against
+    its version needs no second read of the files and the hashing overlaps the transfer. Each file
+    is written under a temporary name and renamed when complete.
+
+    Raises:
+        AdapterLoadFailed: a file is missing from the store.
+        AdapterStoreUnavailable (503): S3 failed or went away mid-transfer.
+    """
+    from botocore.exceptions import BotoCoreError
+
+    from serving.errors import AdapterStoreUnavailable
+
+    digest = hashlib.sha256() if hashed else None
+    folder = Path(dest)
+    folder.mkdir(parents=True, exist_ok=True)
+    for fname in (CONFIG, WEIGHTS):
+        try:
+            body = bucket.call("get_object", Key=folder_key + fname)["Body"]
+        except KeyError:
+            raise AdapterLoadFailed(f"adapter download incomplete: {fname} is missing from the store") from None
+        part = folder / f"{fname}.part"
+        try:
+            with open(part, "wb") as out:
+                for chunk in iter(lambda b=body: b.read(CHUNK), b""):
+                    if digest is not None:
+                        digest.update(chunk)
+                    out.write(chunk)
+        except BotoCoreError as exc:
+            raise AdapterStoreUnavailable(f"S3 went away during the download ({type(exc).__name__}); "
+                                          "try again in a few seconds") from None
+        os.replace(part, folder / fname)
+    return digest.hexdigest()[:12] if digest is not None else None
+
+
 def verify_adapter_folder(path: str) -> None:
     """Raise :class:`AdapterLoadFailed` unless ``path`` holds a complete, loadable LoRA adapter."""
     from safetensors import safe_open
@@ -113,4 +153,5 @@ def verify_adapter_folder(path: str) -> None:
         raise AdapterLoadFailed(f"{WEIGHTS} holds no LoRA tensors")
 
 
-__all__ = ["CONFIG", "WEIGHTS", "content_version", "content_version_of", "validate_adapter", "verify_adapter_folder"]
+__all__ = ["CHUNK", "CONFIG", "WEIGHTS", "content_version", "content_version_of", "download_version", "validate_adapter",
+           "verify_adapter_folder"]

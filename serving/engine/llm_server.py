@@ -4,9 +4,10 @@ It swaps Ray's adapter loader for :class:`VerifiedLoraLoader`, which fixes two g
 Serve LLM 2.60's loader:
 
 * a download is verified before vLLM sees it (both files present, config is JSON, the weights
-  parse as safetensors with LoRA tensors, and the files hash to the version they were fetched as);
-  Ray only logs per-file failures, so a partial, corrupt or overwritten adapter could reach the
-  engine. A failed check deletes the folder (so a retry downloads again) and raises
+  parse as safetensors with LoRA tensors, and the files hash to the version they were fetched as:
+  the loader streams them from S3 itself and hashes the bytes as they arrive, so the check costs no
+  second read); Ray only logs per-file failures, so a partial, corrupt or overwritten adapter could
+  reach the engine. A failed check deletes the folder (so a retry downloads again) and raises
   :class:`~serving.errors.AdapterLoadFailed` (:class:`~serving.errors.AdapterIntegrityError` for a
   hash that is not the version's);
 * once vLLM has registered an adapter, the replica asks the engine which of its modules it applied
@@ -33,21 +34,30 @@ what it holds (last use, pinned) to the store and in its metrics.
 from __future__ import annotations
 
 import asyncio
-import json
+import errno
 import logging
+import os
 import shutil
 import time
 
+from botocore.exceptions import BotoCoreError
 from ray import serve
 from ray.llm._internal.common.utils.lora_utils import get_lora_id
 from ray.llm._internal.serve.core.server.llm_server import LLMServer
 from ray.llm._internal.serve.utils.lora_serve_utils import LoraMirrorConfig, LoraModelLoader
 from ray.serve.multiplex import _ModelMultiplexWrapper
 
-from serving.adapters import content_version, verify_adapter_folder
+from serving.adapters import S3Bucket, download_version, verify_adapter_folder
+from serving.config import AdapterStoreSpec
 from serving.engine import cpu_affinity
 from serving.engine.lora_coverage import module_count, refusal
-from serving.errors import AdapterIntegrityError, AdapterLoadFailed, AdapterNotApplied, ServingError
+from serving.errors import (
+    AdapterIntegrityError,
+    AdapterLoadFailed,
+    AdapterNotApplied,
+    AdapterStoreUnavailable,
+    ServingError,
+)
 from serving.metrics import metric
 
 log = logging.getLogger(__name__)
@@ -71,14 +81,41 @@ class VerifiedLoraLoader(LoraModelLoader):
         metric("load_latency").observe(time.perf_counter() - start, tags=tags)
         return loaded
 
+    def _fetch(self, lora_mirror_config: LoraMirrorConfig) -> tuple[str, str]:
+        """Download the version into the disk cache (one process at a time per folder, as Ray's own
+        download), hashing it as it arrives; returns the folder and the files' content version."""
+        from filelock import FileLock
+
+        path = self._model_dir_path(lora_mirror_config.lora_model_id)
+        prefix = lora_mirror_config.bucket_uri.rstrip("/")
+        store = AdapterStoreSpec(prefix=prefix.rsplit("/", 1)[0], endpoint_url=os.environ.get("AWS_ENDPOINT_URL_S3"),
+                                 region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+        with FileLock(path + ".lock", timeout=self.download_timeout_s or -1):
+            actual = download_version(S3Bucket(store), f"{store.key_prefix}{prefix.rsplit('/', 1)[1]}/", path)
+        return path, actual
+
     def _download_lora(self, lora_mirror_config: LoraMirrorConfig) -> str:
-        path = super()._download_lora(lora_mirror_config)
         lora_id = get_lora_id(lora_mirror_config.lora_model_id)
+        start = time.perf_counter()
+        try:
+            path, actual = self._fetch(lora_mirror_config)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC and "No space left" not in str(exc):
+                raise
+            # The replica's disk, not the adapter: the path stays in the log, the client gets what to do.
+            log.error("no space left in the adapter cache %s for %s: %s", self.lora_root, lora_id, exc)
+            raise AdapterLoadFailed(f"adapter {lora_id!r} could not be loaded: this replica's adapter cache disk "
+                                    "is full (no space left on device); free space there, then retry") from None
+        except BotoCoreError as exc:
+            # S3 down: a retryable 503 like the resolver's; botocore's text names the endpoint, so it stays in the log.
+            log.warning("adapter %s could not be downloaded: %s", lora_id, exc)
+            raise AdapterStoreUnavailable(f"adapter {lora_id!r} could not be downloaded: S3 unreachable "
+                                          f"({type(exc).__name__}); try again in a few seconds") from None
         try:
             verify_adapter_folder(path)
-            start = time.perf_counter()
-            check_version(path, lora_id)
-            CHECK_SECONDS[lora_id] = {"integrity_s": time.perf_counter() - start}
+            checked = time.perf_counter()
+            check_version(lora_id, actual)
+            LOAD_SECONDS[lora_id] = {"download": checked - start, "integrity": time.perf_counter() - checked}
         except AdapterLoadFailed as exc:
             shutil.rmtree(path, ignore_errors=True)
             name, _, version = lora_id.partition("@")
@@ -88,13 +125,12 @@ class VerifiedLoraLoader(LoraModelLoader):
         return path
 
 
-def check_version(path: str, lora_id: str) -> None:
-    """Raise :class:`AdapterIntegrityError` unless the files at ``path`` hash to ``lora_id``'s version
-    (``name@version``; the version is the content hash the store named them by)."""
+def check_version(lora_id: str, actual: str) -> None:
+    """Raise :class:`AdapterIntegrityError` unless ``actual`` (the downloaded files' content hash) is
+    ``lora_id``'s version (``name@version``; the version is the content hash the store named them by)."""
     version = lora_id.partition("@")[2]
     if not version:
         return  # an unversioned id is not the gateway's (it always resolves name -> name@version)
-    actual = content_version(path)
     if actual != version:
         raise AdapterIntegrityError(
             f"its stored files hash to {actual}, not to version {version}: they changed in the store after "
@@ -102,8 +138,9 @@ def check_version(path: str, lora_id: str) -> None:
             "check the store with `maze-serve adapters verify`")
 
 
-#: Integrity-check seconds of the downloads not registered yet, by adapter id (read once at registration).
-CHECK_SECONDS: dict[str, dict[str, float]] = {}
+#: Download and integrity-check seconds of the downloads not registered yet, by adapter id (read once at
+#: registration, where the load's phases are counted together).
+LOAD_SECONDS: dict[str, dict[str, float]] = {}
 
 MULTIPLEX_ATTR = "__serve_multiplex_wrapper"  # where serve.multiplexed keeps its per-function LRU
 
@@ -259,15 +296,14 @@ class GatewayLLMServer(LLMServer):
         except Exception as exc:  # noqa: BLE001 - not knowing what was applied is not serving it
             log.warning("could not ask the engine what it applied of %s", model_id, exc_info=True)
             problem = f"the engine could not report which modules of adapter {lora_id!r} it applied ({exc})"
-        # What the load-time checks cost next to the registration (benchmarks/load_checks.py reads it).
-        times = {**CHECK_SECONDS.pop(lora_id, {}), "register_s": registered - start,
-                 "coverage_s": time.perf_counter() - registered}
-        # Serve's logger: the replica's log file keeps its INFO lines (this module's logger stops at WARNING there).
-        logging.getLogger("ray.serve").info("adapter load checks %s %s", lora_id,
-                                            json.dumps({k: round(v, 5) for k, v in times.items()}))
+        # Where a cold load's time goes, the checks next to the rest (benchmarks/load_checks.py reads it).
+        name, _, version = lora_id.partition("@")
+        times = {**LOAD_SECONDS.pop(lora_id, {}), "register": registered - start,
+                 "coverage": time.perf_counter() - registered}
+        for phase, seconds in times.items():
+            metric("load_seconds").inc(seconds, tags={"adapter": name, "version": version, "phase": phase})
         if problem is None:
             return
-        name, _, version = lora_id.partition("@")
         metric("refusals").inc(tags={"adapter": name, "version": version, "reason": "not_applied"})
         log.error("refused %s: %s", model_id, problem)
         self._refused[model_id] = AdapterNotApplied(problem)

@@ -14,9 +14,9 @@ from serving.adapters.modules import LANGUAGE_MODEL, UNMATCHED, VISION_MERGER, V
 from serving.config import REPO_ROOT
 from serving.errors import AdapterInvalid, AdapterNotServable
 from tests.support.adapter_store import make_adapter
+from tests.support.peft_adapters import build_adapter
 
 BASE = "models/maze-tiny"
-LM_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 TOWER_MESSAGE = ("24 of 52 LoRA modules are in the vision tower and its merger (e.g. model.visual.blocks.0.attn.proj, "
                  "model.visual.blocks.0.attn.qkv, model.visual.blocks.0.mlp.linear_fc1, ...) and hold trained "
                  "(non-zero) weights, which this gateway does not apply (lora.vision_tower is off): set "
@@ -24,47 +24,11 @@ TOWER_MESSAGE = ("24 of 52 LoRA modules are in the vision tower and its merger (
                  "model's layers only)")
 
 
-def _peft_adapter(folder, target_modules, trained, **lora_kwargs):
-    """A peft LoRA of maze-tiny saved to ``folder``: parameters whose name ``trained`` accepts drawn
-    from N(0, 0.2), the others zero (as peft leaves B before training)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import Qwen3VLForConditionalGeneration
-
-    torch.manual_seed(0)
-    model = Qwen3VLForConditionalGeneration.from_pretrained(str(REPO_ROOT / BASE))
-    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=target_modules, **lora_kwargs))
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "lora_" in name:
-                param.normal_(0, 0.2) if trained(name) else param.zero_()
-    model.save_pretrained(str(folder))
-    return folder
-
-
-def _renamed(src, dst, old, new):
-    """A copy of adapter ``src`` whose tensor names have ``old`` replaced by ``new``."""
-    from safetensors.numpy import load_file, save_file
-
-    dst.mkdir()
-    shutil.copy(src / "adapter_config.json", dst / "adapter_config.json")
-    tensors = load_file(str(src / "adapter_model.safetensors"))
-    save_file({k.replace(old, new): v for k, v in tensors.items()}, str(dst / "adapter_model.safetensors"))
-    return dst
-
-
 @pytest.fixture(scope="module")
 def adapters(tmp_path_factory):
     root = tmp_path_factory.mktemp("peft")
-    explicit = _peft_adapter(root / "explicit", LM_TARGETS, lambda n: True)
-    return {
-        "tower": _peft_adapter(root / "tower", "all-linear", lambda n: ".visual." in n),
-        "lm": _peft_adapter(root / "lm", "all-linear", lambda n: ".language_model." in n),
-        "explicit": explicit,
-        "renamed": _renamed(explicit, root / "renamed", "base_model.model.model.language_model.",
-                            "base_model.model.transformer.decoder."),
-        "dora": _peft_adapter(root / "dora", LM_TARGETS, lambda n: True, use_dora=True),
-    }
+    kinds = {"tower": "tower", "lm": "lm", "explicit": "lm-explicit", "renamed": "renamed", "dora": "dora"}
+    return {key: build_adapter(kind, root) for key, kind in kinds.items()}
 
 
 def test_tower_trained_all_linear_is_refused_with_tower_lora_off_and_accepted_with_it_on(adapters):
