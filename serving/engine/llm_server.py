@@ -87,12 +87,20 @@ class VerifiedLoraLoader(LoraModelLoader):
         from filelock import FileLock
 
         path = self._model_dir_path(lora_mirror_config.lora_model_id)
-        prefix = lora_mirror_config.bucket_uri.rstrip("/")
-        store = AdapterStoreSpec(prefix=prefix.rsplit("/", 1)[0], endpoint_url=os.environ.get("AWS_ENDPOINT_URL_S3"),
-                                 region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+        store_prefix, _, folder = lora_mirror_config.bucket_uri.rstrip("/").rpartition("/")
+        bucket = self._bucket(store_prefix)
         with FileLock(path + ".lock", timeout=self.download_timeout_s or -1):
-            actual = download_version(S3Bucket(store), f"{store.key_prefix}{prefix.rsplit('/', 1)[1]}/", path)
+            actual = download_version(bucket, f"{bucket.spec.key_prefix}{folder}/", path)
         return path, actual
+
+    def _bucket(self, prefix: str) -> S3Bucket:
+        """The store's bucket, one S3 client per loader (making a client costs more than a small download)."""
+        buckets = self.__dict__.setdefault("_buckets", {})
+        if prefix not in buckets:
+            spec = AdapterStoreSpec(prefix=prefix, endpoint_url=os.environ.get("AWS_ENDPOINT_URL_S3"),
+                                    region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+            buckets[prefix] = S3Bucket(spec)
+        return buckets[prefix]
 
     def _download_lora(self, lora_mirror_config: LoraMirrorConfig) -> str:
         lora_id = get_lora_id(lora_mirror_config.lora_model_id)
