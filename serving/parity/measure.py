@@ -19,12 +19,14 @@ import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
 import httpx
 
-from serving.adapters import CONFIG, WEIGHTS, AdapterStore, ParityRecord
+from serving.adapters import CONFIG, WEIGHTS, AdapterStore, ParityRecord, inspect_adapter
 from serving.config import ServingConfig
 from serving.parity.frames import parity_frames
 from serving.parity.reference import TopK, reference_available, reference_top_logprobs
+
 
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
@@ -91,10 +93,8 @@ def compare(served: list[TopK], reference: list[TopK]) -> tuple[float, int]:
 
 
 def _adapter_is_nonzero(folder: Path) -> bool:
-    from safetensors import safe_open
-
-    with safe_open(str(folder / WEIGHTS), framework="numpy") as fh:
-        return any(abs(fh.get_tensor(k)).max() > 0 for k in fh.keys() if "lora_B" in k)
+    """Whether any LoRA module of the adapter has non-zero weights (read from the raw bytes, so bf16 too)."""
+    return bool(inspect_adapter(folder, base_source=None).trained)
 
 
 def download_version(store: AdapterStore, name: str, version: str, dest: Path) -> Path:

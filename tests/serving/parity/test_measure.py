@@ -38,3 +38,18 @@ def test_no_shared_token_is_an_infinite_difference():
 
 def test_a_reference_needs_the_bases_files(tmp_path):
     assert "not readable" in reference_available(tmp_path / "nowhere")
+
+
+def test_a_bf16_adapter_is_read_as_trained_or_not(tmp_path):
+    """Trainers export bf16 weights (numpy has no bf16): the served-as-base check reads them all the same."""
+    import torch
+    from safetensors.torch import save_file
+
+    from serving.parity.measure import _adapter_is_nonzero
+
+    stem = "base_model.model.model.language_model.layers.0.self_attn.q_proj"
+    for name, b in (("zero", torch.zeros(32, 8)), ("trained", torch.full((32, 8), 0.5))):
+        (tmp_path / name).mkdir()
+        save_file({f"{stem}.lora_A.weight": torch.ones(8, 32, dtype=torch.bfloat16),
+                   f"{stem}.lora_B.weight": b.to(torch.bfloat16)}, str(tmp_path / name / "adapter_model.safetensors"))
+    assert not _adapter_is_nonzero(tmp_path / "zero") and _adapter_is_nonzero(tmp_path / "trained")
