@@ -52,7 +52,9 @@ def reference_top_logprobs(base_folder: str | Path, adapter_folder: str | Path |
     """The first generated token's top-``k`` (token, logprob) per conversation, under HF (+ peft)."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a check inside `maze-train watch` or the CLI: no loading bars
     processor = AutoProcessor.from_pretrained(str(base_folder))
     model = AutoModelForImageTextToText.from_pretrained(str(base_folder), dtype=torch.float32).eval()
     if adapter_folder is not None:
