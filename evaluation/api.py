@@ -9,7 +9,10 @@
 
 With API keys on, both follow the caller's model scope (``model_visible`` in the request state,
 left there by the gateway's key gate): an episode of a model outside it is OpenAI's 404, and the
-leaderboard shows only the rows of models in it.
+leaderboard shows only the rows of models in it. The gate also holds one of the key's ``concurrent``
+slots and an episode slot (``limits.episodes``) for the whole episode, refusing one over them with
+429: the episode's own model calls, which reach the gate in the context of this request, run in
+that slot one at a time (``concurrency=1``) and count against the key's request and token limits.
 
 The gateway loads this router by import path (``ServingConfig.extensions``), so ``serving``
 never imports ``evaluation``.
@@ -86,7 +89,7 @@ async def play_episode(body: EpisodeRequest, request: Request) -> dict[str, Any]
     try:
         cfg = RunnerConfig(env_id=body.env_id, max_turns=body.max_turns, protocol=body.protocol, history=body.history,
                            sampling=SamplingParams(temperature=body.temperature, max_tokens=body.max_tokens),
-                           retry=RetryPolicy(max_attempts=2), concurrency=1)
+                           retry=RetryPolicy(max_attempts=2), concurrency=1)  # one call in the slot it holds
     except ValidationError as exc:
         raise HTTPException(400, "; ".join(e["msg"] for e in exc.errors())) from None
     auth = request.headers.get("authorization", "")

@@ -1,6 +1,8 @@
 """Run an evaluation: the maze set through the runner, every episode into the store, resumable.
 
-``evaluate_async`` is the one implementation; ``evaluate`` is its ``asyncio.run`` shell.
+``evaluate_async`` is the one implementation; ``evaluate`` is its ``asyncio.run`` shell. A results
+database that stops answering mid-run is waited for (:class:`EpisodeWriter`, up to ``DB_WAIT_S``);
+past that the run stops with :class:`ResultsDatabaseUnavailable`, and ``--resume`` completes it.
 """
 
 from __future__ import annotations
@@ -8,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import IntegrityError
 
+from agent.cli_boundary import EXIT_UNAVAILABLE
 from agent.config import EndpointConfig, SamplingParams
 from agent.env import ENV_SPEC_VERSION
 from agent.outage import EndpointWaits
@@ -26,7 +31,7 @@ from agent.runner import EpisodeSpec, run_endpoint_async
 from evaluation.config import EvalConfig
 from evaluation.errors import EndpointUnavailable, EvalError, UnknownRun  # noqa: F401 - also imported from here
 from evaluation.manifest import RunManifest, RunnerSettings
-from evaluation.store import Store
+from evaluation.store import Store, is_unavailable
 from evaluation.summary import RetryReport, RunSummary, summarize
 
 log = logging.getLogger(__name__)
@@ -42,6 +47,87 @@ class EvalResult(BaseModel):
     ran: int = Field(description="episodes played by this call (resume plays only the missing ones)")
     retries: RetryReport = Field(default_factory=RetryReport,
                                  description="endpoint failures retried by this call's episodes")
+    db_waited_s: float = Field(0.0, description="seconds this call waited for the results database to answer again")
+    db_outages: int = Field(0, description="periods in which a store call waited for the results database")
+
+
+#: Seconds one store call waits for a results database that stopped answering (retrying with back-off)
+#: before the run stops; the episodes stored so far stay, and ``--resume`` plays the rest.
+DB_WAIT_S = 120.0
+DB_BACKOFF_S = (0.5, 4.0)  # first and longest pause between attempts (the longest bounds recovery)
+
+
+class ResultsDatabaseUnavailable(EvalError):
+    """The results database stopped answering mid-run for longer than the run waits: the run stopped."""
+
+    exit_code = EXIT_UNAVAILABLE
+
+
+class EpisodeWriter:
+    """A run's store calls, waiting out a results database that stops answering: bounded retries with
+    back-off, counted in shared waits (the progress line shows them). An episode is stored once: a
+    write whose commit landed before its answer was lost is not repeated (``(run, seed, sample)`` is
+    unique). Once a call gives up, the run stops (``on_stop``) and later episodes are not stored."""
+
+    def __init__(self, store: Store, run_id: str, waits: EndpointWaits, budget_s: float, stored: int = 0):
+        self.store, self.run_id, self.waits, self.budget_s = store, run_id, waits, budget_s
+        self.stored = stored  # scored episodes of the run in the store
+        self.error: ResultsDatabaseUnavailable | None = None
+        self.on_stop: Callable[[], Any] = lambda: None
+
+    async def add(self, rec: EpisodeRecord) -> bool:
+        """Store ``rec``; False when the run is stopping and it was not stored."""
+        if self.error is not None:
+            return False
+        try:
+            await self.call(self.store.add_episode, self.run_id, rec, what=f"seed {rec.seed} sample {rec.sample}")
+        except ResultsDatabaseUnavailable as exc:
+            if self.error is None:
+                self.error = exc
+                self.on_stop()
+            return False
+        self.stored += rec.scored
+        return True
+
+    async def call(self, fn: Callable[..., Any], *args: Any, what: str) -> Any:
+        """``fn(*args)`` in a thread, retried while the database does not answer, up to ``budget_s``."""
+        start, attempt, waiting = time.monotonic(), 0, False
+        try:
+            while True:
+                try:
+                    return await asyncio.to_thread(fn, *args)
+                except IntegrityError:
+                    if attempt == 0:
+                        raise
+                    return None  # the earlier attempt committed before its connection dropped: stored once
+                except Exception as exc:  # noqa: BLE001 - is_unavailable picks the ones worth waiting for
+                    if not is_unavailable(exc):
+                        raise
+                    if not waiting:
+                        waiting = True
+                        self.waits.begin()
+                        log.warning("results database not answering (%s); waiting up to %.0fs", _reason(exc),
+                                    self.budget_s)
+                    elapsed = time.monotonic() - start
+                    if elapsed >= self.budget_s:
+                        raise self._gave_up(what, elapsed, exc) from None
+                    await asyncio.sleep(min(DB_BACKOFF_S[1], DB_BACKOFF_S[0] * 2 ** attempt, self.budget_s - elapsed))
+                    attempt += 1
+        finally:
+            if waiting:
+                self.waits.end()
+
+    def _gave_up(self, what: str, waited_s: float, exc: BaseException) -> ResultsDatabaseUnavailable:
+        return ResultsDatabaseUnavailable(
+            f"the results database stopped answering ({_reason(exc)}); waited {waited_s:.0f}s to store {what} of "
+            f"run {self.run_id}, then stopped the run with {self.stored} episodes stored: once the database is "
+            f"back, continue with: maze-eval --resume {self.run_id}")
+
+
+def _reason(exc: BaseException) -> str:
+    """The database driver's own first line (the connection's error), not SQLAlchemy's wrapping."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def new_run_id(name: str | None) -> str:
@@ -154,65 +240,89 @@ async def _new_manifest(cfg: EvalConfig) -> RunManifest:
     )
 
 
+async def _open_run(store: Store, cfg: EvalConfig, resume: str | None) -> RunManifest:
+    """The manifest of run ``resume`` (marked running again), or of a new run stored now."""
+    if not resume:
+        manifest = await _new_manifest(cfg)
+        await asyncio.to_thread(store.create_run, manifest)
+        return manifest
+    run = await asyncio.to_thread(store.get_run, resume)
+    if run is None:
+        raise EvalError(f"no run {resume!r} in {store.url}")
+    manifest = RunManifest.model_validate(run["manifest"])
+    if cfg.endpoint and cfg.endpoint != manifest.endpoint:
+        manifest = manifest.model_copy(update={"endpoint": cfg.endpoint})
+    await asyncio.to_thread(store.set_status, manifest.run_id, "running")
+    return manifest
+
+
+async def _play(cfg: EvalConfig, manifest: RunManifest, todo: list[EpisodeSpec], writer: EpisodeWriter,
+                retries: RetryReport, waits: EndpointWaits, on_episode: Callable | None) -> None:
+    """Play ``todo`` into the store; stop them all once the writer gives up on the database."""
+
+    async def record(rec: EpisodeRecord) -> None:
+        retries.add(rec.turns, not rec.scored)
+        if await writer.add(rec) and on_episode is not None:
+            on_episode(rec, writer.stored, manifest.expected_episodes)
+
+    # served_model pins the version resolved at the start: a promote meanwhile does not change it.
+    endpoint = EndpointConfig(base_url=manifest.endpoint, api_key=cfg.api_key, model=manifest.served_model,
+                              timeout_s=cfg.timeout_s)
+    runner = manifest.runner.runner_config(retry=cfg.retry, concurrency=cfg.concurrency)
+    play = asyncio.ensure_future(run_endpoint_async(endpoint, todo, runner, on_done=record, waits=waits))
+    writer.on_stop = play.cancel  # episodes still playing could not be stored: a resume plays them instead
+    try:
+        await play
+    except asyncio.CancelledError:
+        if writer.error is None:
+            raise
+    if writer.error is not None:
+        raise writer.error
+
+
 async def evaluate_async(
     cfg: EvalConfig,
     *,
     resume: str | None = None,
     on_episode: Callable[[EpisodeRecord, int, int], Any] | None = None,
     waits: EndpointWaits | None = None,
+    db_waits: EndpointWaits | None = None,
+    db_wait_s: float | None = None,
 ) -> EvalResult:
     """Evaluate one (base, adapter) on the maze set, or resume run ``resume``.
 
     Args:
         cfg: the evaluation config (on resume only endpoint, api_key, concurrency and retry apply).
         resume: a run id to continue: only its missing and errored episodes are played.
-        on_episode: progress callback ``(record, done, total)``.
+        on_episode: progress callback ``(record, done, total)``, once the record is stored.
         waits: the run's :class:`agent.EndpointWaits` (progress lines read whether it waits now).
+        db_waits: the same for the results database (while writes wait for it to answer again).
+        db_wait_s: how long one write waits for the database before the run stops (default ``DB_WAIT_S``).
 
     Raises:
         EvalError: bad input (unknown run, ...). EndpointUnavailable: endpoint or model missing.
+        ResultsDatabaseUnavailable: the database stopped answering for longer than ``db_wait_s``
+            mid-run (every episode stored so far is kept; ``--resume`` plays the rest).
     """
     store = await asyncio.to_thread(Store, cfg.db)
     try:
-        if resume:
-            run = await asyncio.to_thread(store.get_run, resume)
-            if run is None:
-                raise EvalError(f"no run {resume!r} in {store.url}")
-            manifest = RunManifest.model_validate(run["manifest"])
-            if cfg.endpoint and cfg.endpoint != manifest.endpoint:
-                manifest = manifest.model_copy(update={"endpoint": cfg.endpoint})
-            await asyncio.to_thread(store.set_status, manifest.run_id, "running")
-        else:
-            manifest = await _new_manifest(cfg)
-            await asyncio.to_thread(store.create_run, manifest)
+        manifest = await _open_run(store, cfg, resume)
         done = await asyncio.to_thread(store.done_keys, manifest.run_id)
         todo = [EpisodeSpec(seed=s, sample=k) for s in manifest.seeds for k in range(manifest.samples) if (s, k) not in done]
-        total, finished = manifest.expected_episodes, len(done)
+        total = manifest.expected_episodes
         log.info("run %s: %d of %d episodes to play on %s", manifest.run_id, len(todo), total, manifest.served_model)
-
-        retries = RetryReport()
-
-        async def record(rec: EpisodeRecord) -> None:
-            nonlocal finished
-            retries.add(rec.turns, not rec.scored)
-            await asyncio.to_thread(store.add_episode, manifest.run_id, rec)
-            finished += rec.scored
-            if on_episode is not None:
-                on_episode(rec, finished, total)
-
-        # served_model pins the version resolved at the start: a promote meanwhile does not change it.
-        endpoint = EndpointConfig(base_url=manifest.endpoint, api_key=cfg.api_key, model=manifest.served_model,
-                                  timeout_s=cfg.timeout_s)
-        waits = waits if waits is not None else EndpointWaits()
-        runner = manifest.runner.runner_config(retry=cfg.retry, concurrency=cfg.concurrency)
-        await run_endpoint_async(endpoint, todo, runner, on_done=record, waits=waits)
+        db_waits = db_waits if db_waits is not None else EndpointWaits()
+        writer = EpisodeWriter(store, manifest.run_id, db_waits, DB_WAIT_S if db_wait_s is None else db_wait_s,
+                               stored=len(done))
+        retries, waits = RetryReport(), waits if waits is not None else EndpointWaits()
+        await _play(cfg, manifest, todo, writer, retries, waits, on_episode)
         retries.add_waits(waits)
-        rows = await asyncio.to_thread(store.episode_rows, manifest.run_id)
+        rows = await writer.call(store.episode_rows, manifest.run_id, what="the run's episodes")
         summary = summarize(rows, manifest.samples)
         status = "complete" if summary.errors == 0 and summary.n == total else "incomplete"
-        await asyncio.to_thread(store.set_status, manifest.run_id, status)
+        await writer.call(store.set_status, manifest.run_id, status, what="the run's status")
         return EvalResult(run_id=manifest.run_id, status=status, manifest=manifest, summary=summary, ran=len(todo),
-                          retries=retries)
+                          retries=retries, db_waited_s=round(db_waits.waited_s, 2), db_outages=db_waits.outages)
     finally:
         store.close()
 

@@ -3,7 +3,8 @@
 SQLite (one file) is the default; PostgreSQL works through ``postgresql+psycopg://...``. Every
 episode is committed on its own as it finishes, and ``(run_id, seed, sample)`` is unique, so a run
 killed at any moment (``kill -9`` included) loses at most the episodes in flight and can never
-count one twice.
+count one twice. :func:`is_unavailable` tells a database that does not answer (worth waiting for:
+``evaluation.evaluate`` does) from a statement it rejected.
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ class Store:
 
     def __init__(self, url: str | None = None):
         self.url = resolve_db_url(url)
-        self.engine: Engine = create_engine(self.url, future=True)
+        # pre_ping: a connection the database dropped (a restart) is replaced before use, not failed on.
+        self.engine: Engine = create_engine(self.url, future=True, pool_pre_ping=True)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         _create_tables(self.engine)
@@ -269,6 +271,15 @@ class Store:
     def runs_named(self, run_name: str) -> list[dict[str, Any]]:
         """Runs whose manifest carries ``run_name``, oldest first."""
         return [r for r in self.list_runs() if r["manifest"].get("run_name") == run_name]
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether a store call failed because the database did not answer (stopped, restarting,
+    unreachable, its file gone or locked): a later attempt may succeed, unlike a rejected statement."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    return isinstance(exc, (OperationalError, InterfaceError)) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated)
 
 
 def _add_completion_tokens(engine: Engine) -> None:

@@ -35,6 +35,7 @@ from maze_gateway.openenv_types import MazeAction, MazeObservation, MazeState
 DEFAULT_PORT = 8010
 DEFAULT_MAX_SESSIONS = 64
 DEFAULT_IDLE_TIMEOUT_S = 300.0
+MAX_EPISODE_ID_CHARS = 255  # OpenEnv's own bound on the HTTP reset's episode_id
 
 __all__ = ["DEFAULT_PORT", "EnvServerConfig", "MazeEnvironment", "MazeRequestError", "build_app", "serve"]
 
@@ -81,10 +82,7 @@ class MazeEnvironment(Environment[MazeAction, MazeObservation, MazeState]):
             raise MazeRequestError(f"unknown reset argument(s) {sorted(unknown)}; reset takes seed, variant "
                                    "and episode_id")
         self._check_open()
-        if variant not in VARIANTS:
-            raise MazeRequestError(f"unknown variant {variant!r}; known: {sorted(VARIANTS)}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise MazeRequestError(f"seed must be an integer >= 0, got {seed!r}")
+        _check_reset(seed, episode_id, variant)
         register_envs()
         env = gym.make(variant, disable_env_checker=True).unwrapped  # the runner's env (VisGym's, when it owns the id)
         frame, info = env.reset(seed=seed)
@@ -125,6 +123,18 @@ class MazeEnvironment(Environment[MazeAction, MazeObservation, MazeState]):
         if self._closed:
             raise NoEpisode("no open episode in this session: a session ends with its socket or after --idle-timeout "
                             "seconds without a call; open a new session")
+
+
+def _check_reset(seed: Any, episode_id: Any, variant: Any) -> None:
+    """Refuse (422) reset fields of the wrong type or value. Over the WebSocket they arrive as any
+    JSON (OpenEnv passes ``data`` through), over HTTP ``variant`` does: a list there must be the
+    caller's error, not a 500 from a failed lookup."""
+    if not isinstance(variant, str) or variant not in VARIANTS:
+        raise MazeRequestError(f"unknown variant {variant!r}; known: {sorted(VARIANTS)}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise MazeRequestError(f"seed must be an integer >= 0, got {seed!r}")
+    if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > MAX_EPISODE_ID_CHARS):
+        raise MazeRequestError(f"episode_id must be a string of at most {MAX_EPISODE_ID_CHARS} characters")
 
 
 def _observation(frame: np.ndarray, info: dict[str, Any], text: str, *, reward: float | None,

@@ -6,6 +6,7 @@ The Ray Serve LLM app (``serving.app``) and the KubeRay RayService manifest
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +22,14 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address is reachable only from this machine (127.0.0.0/8, ::1, localhost)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class AgentProfileSpec(_Model):
@@ -92,6 +101,11 @@ class AdapterStoreSpec(_Model):
     resolve_ttl_s: float = Field(
         5.0, ge=0, description="seconds a resolved name -> version is reused by the gateway (0: every request reads S3)"
     )
+    stale_if_error_s: float = Field(
+        300.0, ge=0,
+        description=("while S3 cannot be reached, seconds (since its last successful read) a name keeps resolving to "
+                     "the version last read, so adapters a replica holds keep serving through a short outage; past "
+                     "that, or for a name never read, requests answer 503 until S3 is back (0: no stale answers)"))
 
     @field_validator("prefix")
     @classmethod
@@ -196,18 +210,25 @@ class RoutingSpec(_Model):
 
 Role = Literal["inference", "publisher", "admin"]
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+MIN_SECRET_LENGTH = 16  # the shortest bearer token a key may have (clear, or declared behind a digest)
 
 
 class KeyLimitsSpec(_Model):
-    """What one key may use; each limit is off when unset. Counted over a sliding window of
-    ``auth.limit_window_s`` (a minute by default, as OpenAI's RPM and TPM), across every ingress
-    replica when ``auth.store`` is shared."""
+    """What one key may use; each limit is off when unset (``episodes`` has a bound of its own). Counted
+    over a sliding window of ``auth.limit_window_s`` (a minute by default, as OpenAI's RPM and TPM),
+    across every ingress replica when ``auth.store`` is shared."""
 
     requests: int | None = Field(None, ge=1, description="requests per window (RPM with the default window)")
     tokens: int | None = Field(
         None, ge=1, description="prompt + completion tokens per window (TPM with the default window); a request is "
                                 "admitted while the window's tokens are below the limit and charged when its usage is known")
-    concurrent: int | None = Field(None, ge=1, description="requests in flight at once")
+    concurrent: int | None = Field(
+        None, ge=1, description="requests in flight at once; a server-side episode (POST /v1/episodes) holds one of "
+                                "these slots for its whole life, and its own model calls run in it")
+    episodes: int | None = Field(
+        None, ge=1, description="server-side episodes (POST /v1/episodes) in play at once. None: `concurrent` bounds "
+                                "them (each holds a slot), or 8 for a key with only request or token limits; a key "
+                                "with no limits at all has none")
     window_s: float | None = Field(
         None, gt=0, le=3600, description="this key's window in seconds (None: auth.limit_window_s); a short window "
                                          "spreads the same rate evenly, so a refused client waits less")
@@ -229,14 +250,24 @@ class ApiKeySpec(_Model):
     secrets: list[str] = Field(
         default_factory=list, description="the key's bearer tokens in clear (held only as sha256 once loaded); "
                                           "several allow rotation")
-    sha256: list[str] = Field(default_factory=list, description="hex sha256 digests of the key's bearer tokens")
+    sha256: list[str] = Field(
+        default_factory=list, description="hex sha256 digests of the key's bearer tokens (then `min_secret_length` "
+                                          "is required)")
+    min_secret_length: int | None = Field(
+        None, description="the length of the shortest token behind this key's secrets: required with `sha256` (a "
+                          "digest does not show how long, so how guessable, its token is), at least "
+                          f"{MIN_SECRET_LENGTH}; clear `secrets` must be this long too")
+    disabled: bool = Field(False, description="refuse this key (its secrets may stay in the file); the rest of the "
+                                              "file is unaffected")
     limits: KeyLimitsSpec = Field(default_factory=KeyLimitsSpec, description="rate and concurrency limits")
 
+    # The messages below name no value: a key file's errors are logged, and a value in the wrong
+    # field may be a token (serving.auth.keys builds its errors from these messages and locations).
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         if not _NAME.match(v):
-            raise ValueError(f"key name {v!r} must be 1-128 of letters, digits, '.', '_' or '-'")
+            raise ValueError("a key name must be 1-128 of letters, digits, '.', '_' or '-'")
         return v
 
     @field_validator("sha256")
@@ -244,15 +275,21 @@ class ApiKeySpec(_Model):
     def _digests(cls, v: list[str]) -> list[str]:
         bad = [d for d in v if not _SHA256.match(d)]
         if bad:
-            raise ValueError(f"sha256 entries must be 64 lowercase hex digits, got {len(bad)} that are not")
+            raise ValueError(f"sha256 entries must be 64 lowercase hex digits (the token's digest, not the token), "
+                             f"got {len(bad)} that are not")
         return v
 
     @model_validator(mode="after")
-    def _some_secret(self) -> ApiKeySpec:
-        if not self.secrets and not self.sha256:
-            raise ValueError(f"key {self.name!r} has no secret: give `secrets` or `sha256`")
-        if any(len(s) < 16 for s in self.secrets):
-            raise ValueError(f"key {self.name!r}: secrets must be at least 16 characters")
+    def _secret_lengths(self) -> ApiKeySpec:
+        """A key with no secrets (or disabled) is valid and refused; a digest needs its token's length."""
+        if self.sha256 and self.min_secret_length is None:
+            raise ValueError(f"`sha256` digests need `min_secret_length`, the length of the shortest token behind "
+                             f"them (at least {MIN_SECRET_LENGTH})")
+        if self.min_secret_length is not None and self.min_secret_length < MIN_SECRET_LENGTH:
+            raise ValueError(f"min_secret_length must be at least {MIN_SECRET_LENGTH}: a shorter token can be guessed")
+        floor = max(MIN_SECRET_LENGTH, self.min_secret_length or 0)
+        if any(len(s) < floor for s in self.secrets):
+            raise ValueError(f"secrets must be at least {floor} characters")
         return self
 
 
@@ -264,8 +301,9 @@ class KeyFileSpec(_Model):
     @model_validator(mode="after")
     def _unique(self) -> KeyFileSpec:
         names = [k.name for k in self.keys]
-        if len(names) != len(set(names)):
-            raise ValueError(f"key names must be unique: {sorted({n for n in names if names.count(n) > 1})}")
+        twins = [i for i, n in enumerate(names) if names.count(n) > 1]  # indices: a name may hold a pasted token
+        if twins:
+            raise ValueError(f"key names must be unique: entries {twins} share names")
         return self
 
 
@@ -300,6 +338,11 @@ class AuthSpec(_Model):
     reload_s: float = Field(
         30.0, ge=0, description="seconds a loaded key set is used before the sources are read again: keys are "
                                 "added, changed or revoked without a restart within this time")
+    keys_grace_s: float = Field(
+        300.0, ge=0, description="when a key source that loaded before goes missing, empty or invalid, seconds its "
+                                 "last keys are still used (from the first failed read; each failed read is logged "
+                                 "and counted); then, as at once for a source that never loaded, requests are "
+                                 "refused with 503 until it reads again")
     limit_window_s: float = Field(60.0, gt=0, le=3600, description="the sliding window of the key limits, in seconds")
     concurrency_lease_s: float = Field(
         900.0, gt=0, description="a request in flight counts against `concurrent` at most this long (bounds what a "
@@ -307,6 +350,18 @@ class AuthSpec(_Model):
     usage_retention_s: float = Field(
         86400.0, gt=0, description="seconds of per-minute usage kept for `GET /v1/usage` (Prometheus keeps the rest)")
     store: RateStoreSpec = Field(default_factory=RateStoreSpec, description="limit counters and usage")
+    open: bool = Field(
+        False,
+        description=("serve without API keys on an address other than loopback, on purpose: anyone who reaches the "
+                     "port may call every model and push, promote and delete adapters. Without it such a config "
+                     "(and any rendered RayService, whose proxy listens on 0.0.0.0) is refused when auth is off"))
+
+    @model_validator(mode="after")
+    def _open_means_no_keys(self) -> AuthSpec:
+        if self.open and self.enabled:
+            raise ValueError("auth.open: true declares a gateway without keys, but this auth sets a key source "
+                             "(api_keys_env, keys_file or keys_env): remove one or the other")
+        return self
 
     @property
     def enabled(self) -> bool:
@@ -410,6 +465,35 @@ class ServingConfig(_Model):
         if self.cpu_affinity == "split" and self.device != "cpu":
             raise ValueError("cpu_affinity 'split' places a CPU engine's worker; this config's device is 'gpu'")
         return self
+
+    @model_validator(mode="after")
+    def _safe(self) -> ServingConfig:
+        """Refuse the two configs that start fine and are unsafe: management routes open to the network,
+        and per-key limits that silently hold once per ingress replica."""
+        if not self.auth.enabled and not self.auth.open and not is_loopback(self.host):
+            raise ValueError(
+                f"auth is off and host is {self.host!r}: anyone who reaches the port could call every model and "
+                "push, promote and delete adapters. Set auth.keys_file (or auth.keys_env, auth.api_keys_env), "
+                "or host: 127.0.0.1, or auth: {open: true} to serve without keys on purpose")
+        if self.auth.enabled and self.auth.store.kind == "memory" and self.several_ingress_replicas:
+            raise ValueError(
+                "auth.store.kind 'memory' counts each ingress replica's requests on its own, so with several "
+                "ingress replicas every key limit would hold once per replica: set auth.store: {kind: redis} "
+                "(shared by the replicas), or run one ingress replica (replicas.ingress_replicas: 1 with layout "
+                "'standard', max_replicas: 1 with layout 'colocated')")
+        return self
+
+    @property
+    def several_ingress_replicas(self) -> bool:
+        """Whether more than one replica may answer HTTP (serving.app's ingress deployment config): with
+        ``colocated`` the LLM replicas themselves; with ``standard`` ``ingress_replicas``, else one for a
+        fixed LLM replica count and Ray Serve LLM's ingress autoscaling otherwise."""
+        r = self.replicas
+        if self.layout == "colocated":
+            return r.max_replicas > 1
+        if r.ingress_replicas is not None:
+            return r.ingress_replicas > 1
+        return r.min_replicas != r.max_replicas
 
     @property
     def grouped_cpu_lora(self) -> bool:

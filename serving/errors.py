@@ -77,6 +77,13 @@ class LimitStoreUnavailable(ServingError):
     status_code, error_type, code = 503, "service_unavailable", "limit_store_unavailable"
 
 
+class KeysUnavailable(ServingError):
+    """The gateway cannot read its API keys (a key source missing or invalid past its grace): every
+    key it held is refused, as a server fault rather than the caller's."""
+
+    status_code, error_type, code = 503, "service_unavailable", "api_keys_unavailable"
+
+
 class AdapterNotFound(ModelNotFound):
     code = "adapter_not_found"
 

@@ -78,15 +78,28 @@ def _custom_resources(wanted: dict[str, float]) -> dict[str, str]:
     return {"resources": json.dumps(json.dumps({name: max(1, math.ceil(v)) for name, v in sorted(wanted.items())}))}
 
 
+def _check_renderable(cfg: ServingConfig) -> None:
+    """Refuse what a cluster must not run as given (``render_rayservice``'s Raises)."""
+    if cfg.ingress == "direct":
+        raise ValueError("ingress 'direct' is for the embedded stack; render a config with ingress 'proxy'")
+    if not cfg.auth.enabled and not cfg.auth.open:
+        # serve_config binds 0.0.0.0 whatever `host` says: a loopback config is no protection here.
+        raise ValueError(
+            f"config {cfg.name!r} has auth off, and the RayService's Serve proxy listens on 0.0.0.0 in its pods: "
+            "anyone who reaches the Service could call every model and push, promote and delete adapters. Set "
+            "auth.keys_file (or auth.keys_env, auth.api_keys_env), or auth: {open: true} to render it without keys "
+            "on purpose")
+
+
 def render_rayservice(cfg: ServingConfig) -> dict[str, Any]:
     """The RayService object (ray.io/v1) for ``cfg``.
 
     Raises:
         ValueError: ``ingress: direct`` (the embedded stack's single-node setting; in a cluster
-            Serve's proxy, or a load balancer over the replicas' ports, fronts the ingress).
+            Serve's proxy, or a load balancer over the replicas' ports, fronts the ingress); auth off
+            without ``auth.open`` (the manifest's proxy listens on every interface of its pods).
     """
-    if cfg.ingress == "direct":
-        raise ValueError("ingress 'direct' is for the embedded stack; render a config with ingress 'proxy'")
+    _check_renderable(cfg)
     gpu = cfg.device == "gpu"
     worker_resources = {
         "limits": {"cpu": "8", "memory": "64Gi", **({"nvidia.com/gpu": "1"} if gpu else {})},

@@ -1,5 +1,6 @@
 """The root ``maze-eval`` command's work: score a model on the maze set with a live progress bar on
-stderr, then print the run's summary (or its JSON) and exit 0 when complete, 1 when episodes errored."""
+stderr (with the endpoint's and the results database's outages while the run waits them out), then
+print the run's summary (or its JSON) and exit 0 when complete, 1 when episodes errored."""
 
 from __future__ import annotations
 
@@ -59,25 +60,26 @@ def _show_gateway_progress() -> None:
 
 
 class WaitColumn(ProgressColumn):
-    """'waiting for the endpoint (12s)' while the run's requests wait out an outage; empty otherwise."""
+    """'waiting for the endpoint (12s)' while the run's requests wait out an outage (``what``: the
+    results database, while its writes do); empty otherwise."""
 
-    def __init__(self, waits: EndpointWaits):
+    def __init__(self, waits: EndpointWaits, what: str = "the endpoint"):
         super().__init__()
-        self.waits = waits
+        self.waits, self.what = waits, what
 
     def render(self, task) -> Text:
         current = self.waits.current_s()
-        return Text("" if current is None else f"waiting for the endpoint ({current:.0f}s)", style="yellow")
+        return Text("" if current is None else f"waiting for {self.what} ({current:.0f}s)", style="yellow")
 
 
 def _run_with_progress(cfg: EvalConfig, resume: str | None, quiet: bool) -> EvalResult:
     """Evaluate ``cfg`` with a progress bar (episodes, solve rate, errors, endpoint waits) on stderr;
     ``quiet`` (JSON output) hides the bar."""
     counts = {"solved": 0, "errors": 0, "done": 0}
-    waits = EndpointWaits()
+    waits, db_waits = EndpointWaits(), EndpointWaits()
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("solve rate {task.fields[rate]}  errors {task.fields[errors]}"), TimeElapsedColumn(),
-               WaitColumn(waits)]
+               WaitColumn(waits), WaitColumn(db_waits, "the results database")]
     progress = Progress(*columns, console=console, disable=quiet, transient=False)
     task = progress.add_task("episodes", total=None, rate="-", errors=0)
 
@@ -92,7 +94,7 @@ def _run_with_progress(cfg: EvalConfig, resume: str | None, quiet: bool) -> Eval
         progress.update(task, completed=done, total=total, rate=rate, errors=counts["errors"])
 
     try:
-        return evaluate(cfg, resume=resume, on_episode=on_episode, waits=waits)
+        return evaluate(cfg, resume=resume, on_episode=on_episode, waits=waits, db_waits=db_waits)
     finally:
         progress.stop()
 
@@ -117,6 +119,8 @@ def _print_result(r: EvalResult) -> None:
         rr = r.retries
         limited = f", {rr.rate_limited} rate-limited answers" if rr.rate_limited else ""
         out.print(f"waited {rr.waited_s:.1f}s for the endpoint in {rr.outages} outage(s){limited}")
+    if r.db_outages:
+        out.print(f"waited {r.db_waited_s:.1f}s for the results database in {r.db_outages} outage(s); no episode lost")
     if r.status != "complete":
         out.print(f"[yellow]{s.errors} episodes errored; continue with: maze-eval --resume {r.run_id}[/yellow]")
     out.print(f"next: maze-eval report {r.run_id}  |  maze-eval leaderboard  |  maze-eval compare {r.run_id} OTHER_RUN",

@@ -86,7 +86,7 @@ class VersionChecks:
 
         def change(doc: dict[str, Any] | None) -> dict[str, Any]:
             if doc is None:
-                raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+                raise AdapterNotFound(f"adapter {name!r} not found")
             versions = [m["version"] for m in history_of(doc)]
             if version not in versions:
                 raise AdapterNotFound(f"adapter {name!r} has no version {version} in its history: parity is "
@@ -105,7 +105,7 @@ class VersionChecks:
         """
         doc, _ = self._read_ref(name)
         if doc is None:
-            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+            raise AdapterNotFound(f"adapter {name!r} not found")
         return parity_of(doc)
 
 

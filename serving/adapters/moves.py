@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 class AliasMoves:
     """The alias moves of :class:`serving.adapters.AdapterStore`, which this is mixed into: they use
     the store's ref reads and conditional writes (``_read_ref``, ``_update_ref``), its version check
-    (``_require_version``), its bucket (``s3``) and its prefix (``spec``, ``root``)."""
+    (``_require_version``), its bucket (``s3``) and its prefix (``root``)."""
 
     def history(self, name: str) -> list[AliasMove]:
         """The alias's moves, newest first (the first is the version served now).
@@ -38,7 +38,7 @@ class AliasMoves:
         """
         doc, _ = self._read_ref(name)
         if doc is None:
-            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+            raise AdapterNotFound(f"adapter {name!r} not found")
         return [AliasMove(**m) for m in history_of(doc)]
 
     def promote(self, name: str, version: str | None = None, *, force: bool = False) -> AdapterRef:
@@ -57,7 +57,7 @@ class AliasMoves:
         """
         doc, _ = self._read_ref(name)
         if doc is None:
-            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+            raise AdapterNotFound(f"adapter {name!r} not found")
         if version is None:
             version = self._running_canary(name, doc).version
         check_version(version)
@@ -107,7 +107,7 @@ class AliasMoves:
         check_version(version)
         doc, _ = self._read_ref(name)
         if doc is None:
-            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+            raise AdapterNotFound(f"adapter {name!r} not found")
         self._require_version(name, version)
         base, rank = self._version_info(name, version, doc)
 
@@ -166,7 +166,7 @@ class AliasMoves:
         """A ``_move`` check: a promote or rollback never re-creates a name removed meanwhile."""
         def check(doc: dict[str, Any] | None) -> None:
             if doc is None:
-                raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+                raise AdapterNotFound(f"adapter {name!r} not found")
         return check
 
     def _move(self, name: str, move, *, check=None) -> AdapterRef:

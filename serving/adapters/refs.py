@@ -17,9 +17,9 @@ from serving.adapters.canary import Canary, canary_of
 from serving.adapters.parity import ParityRecord, parity_of
 from serving.errors import BadAdapterName
 
-ADAPTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+ADAPTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # \Z: "$" would let a trailing newline through
 REFS = "_refs"
-VERSION = re.compile(r"^[0-9a-f]{12}$")  # content_version's form
+VERSION = re.compile(r"^[0-9a-f]{12}\Z")  # content_version's form
 HISTORY_KEEP = 100  # alias moves kept in the ref (the ref stays a small object)
 STABLE_MOVES = ("push", "promote", "rollback")  # history actions that moved the version served; the others
 # (canary, abort) started, re-weighted or ended a canary

@@ -7,8 +7,9 @@ the ingress, the embedded stack's seeding, ``maze-train publish``).
 :class:`S3Bucket` is every S3 call the store and the placement state make, with boto's errors
 translated once: a missing object is ``KeyError``, a lost conditional write :class:`ObjectChanged`,
 anything else :class:`~serving.errors.AdapterStoreUnavailable` (503), never "not found", so an
-outage is not remembered as a missing adapter. :meth:`S3Bucket.replace_json` is the one
-conditional-replace loop behind every alias move and every pin.
+outage is not remembered as a missing adapter. That 503 reaches clients, so its message names the
+failure's kind and never the endpoint (botocore's own error, which does, stays its cause for logs).
+:meth:`S3Bucket.replace_json` is the one conditional-replace loop behind every alias move and every pin.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def export_s3_env(cfg: ServingConfig) -> dict[str, str]:
 
 
 WRITE_ATTEMPTS = 5  # conditional-write retries before a replace gives up as conflicting
+RETRY_HINT = "try again in a few seconds"  # an outage's 503s are retryable
 
 
 class ObjectChanged(Exception):
@@ -81,7 +83,8 @@ class S3Bucket:
         """``client.<fn>(Bucket=..., **kwargs)``; missing: KeyError, lost condition: ObjectChanged.
 
         Raises:
-            AdapterStoreUnavailable (503): any other S3 failure, or S3 unreachable.
+            AdapterStoreUnavailable (503): any other S3 failure, or S3 unreachable; its message names
+                the failure's kind, never the endpoint or a key (clients see it; its cause has the rest).
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -93,9 +96,11 @@ class S3Bucket:
                 raise KeyError(kwargs.get("Key")) from None
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                 raise ObjectChanged(kwargs.get("Key")) from None
-            raise AdapterStoreUnavailable(f"S3 {fn} failed: {code or exc}") from None
+            raise AdapterStoreUnavailable(f"S3 {fn} failed ({code or type(exc).__name__}); {RETRY_HINT}") from exc
         except BotoCoreError as exc:
-            raise AdapterStoreUnavailable(f"S3 unreachable: {exc}") from None
+            # botocore's text names the endpoint URL: it stays the cause (the gateway's log, a CLI's
+            # --verbose), and the message names only the kind.
+            raise AdapterStoreUnavailable(f"S3 unreachable ({type(exc).__name__}); {RETRY_HINT}") from exc
 
     def read_json(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
         """The JSON document at ``key`` and its ETag, or (None, None) when there is none."""

@@ -31,6 +31,7 @@ adapter is never visible (its ref is not written yet).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,7 @@ class AdapterStore(AliasMoves, VersionChecks):
         """
         doc, _ = self._read_ref(name)
         if doc is None:
-            raise AdapterNotFound(f"adapter {name!r} not found under {self.spec.prefix}")
+            raise AdapterNotFound(f"adapter {name!r} not found")  # no location: clients read it
         return ref_of(name, doc)
 
     def resolve_version(self, name: str, version: str) -> AdapterRef:
@@ -110,7 +111,7 @@ class AdapterStore(AliasMoves, VersionChecks):
             # adapter_config.json is written after the weights: its presence marks a complete upload.
             self.s3.call("head_object", Key=f"{self.root}{name}@{version}/{CONFIG}")
         except KeyError:
-            raise AdapterNotFound(f"adapter {name!r} has no version {version!r} under {self.spec.prefix}") from None
+            raise AdapterNotFound(f"adapter {name!r} has no version {version!r}") from None
 
     def _read_ref(self, name: str) -> tuple[dict[str, Any] | None, str | None]:
         """The ref document and its ETag, or (None, None) when the name is not published."""
@@ -146,17 +147,24 @@ class AdapterStore(AliasMoves, VersionChecks):
                 return sorted(n for n in names if ADAPTER_NAME.match(n))
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
-    def page_names(self, after: str | None = None, limit: int = 100) -> tuple[list[str], bool]:
-        """One page of adapter names in key order, starting after ``after``; returns (names, has_more).
+    def page_names(self, after: str | None = None, limit: int | None = 100,
+                   keep: Callable[[str], bool] | None = None) -> tuple[list[str], bool]:
+        """One page of adapter names in key order, starting after ``after``: up to ``limit`` (None:
+        all) of the names ``keep`` accepts (default: every name). Returns (names, has_more), where
+        ``has_more`` says that another accepted name follows: a caller paging what it may see
+        (``keep``) learns nothing from the names it may not.
 
-        Uses S3's ``StartAfter``, so a page costs one LIST call however many adapters exist.
+        ``after`` need not be a name that exists: the page starts where it would sort (S3's
+        ``StartAfter``). Without ``keep`` a page costs one LIST call however many adapters exist;
+        with it, one per 1000 names passed over.
 
         Raises:
             BadAdapterName (400) when ``after`` is not an adapter name: it becomes part of an S3 key.
         """
         if after:
             check_name(after)
-        kwargs: dict[str, Any] = {"Prefix": f"{self.root}{REFS}/", "MaxKeys": min(limit + 1, 1000)}
+        max_keys = min(limit + 1, 1000) if limit is not None and keep is None else 1000
+        kwargs: dict[str, Any] = {"Prefix": f"{self.root}{REFS}/", "MaxKeys": max_keys}
         if after:
             kwargs["StartAfter"] = f"{self.root}{REFS}/{after}.json"
         names: list[str] = []
@@ -164,9 +172,9 @@ class AdapterStore(AliasMoves, VersionChecks):
             page = self.s3.call("list_objects_v2", **kwargs)
             for obj in page.get("Contents", []):
                 name = obj["Key"].rsplit("/", 1)[1].removesuffix(".json")
-                if ADAPTER_NAME.match(name):
+                if ADAPTER_NAME.match(name) and (keep is None or keep(name)):
                     names.append(name)
-                if len(names) > limit:
+                if limit is not None and len(names) > limit:
                     return names[:limit], True
             if not page.get("IsTruncated"):
                 return names, False

@@ -1,28 +1,38 @@
 """The key gate: every request's key, limits and usage (pure ASGI, inside ``GatewayMiddleware``).
 
-For each HTTP request but the probes (``/health``, ``/ready``), with auth on:
+For each HTTP request but the probes (``/health``, ``/ready``: no key needed; a valid one runs as
+its caller, so ``/ready`` shows its details to an admin key, without limits or usage), with auth on:
 
 1. the bearer token is looked up (``serving.auth.keys``): missing or unknown is 401;
 2. the key's limits are applied (``serving.auth.key_limits``): over one is 429 with ``Retry-After``;
-   every response of a limited key carries OpenAI's ``x-ratelimit-*`` headers;
+   every response of a limited key carries OpenAI's ``x-ratelimit-*`` headers; a shared limit store
+   that is down answers 503 ``limit_store_unavailable`` with ``Retry-After`` (the back-off left);
 3. the request runs with the key as :data:`serving.auth.caller.CALLER`: the ingress answers a model
    outside the key's scope with OpenAI's 404 and lists only the models in it, the management
    routes check the key's role (403);
 4. when it has ended, its tokens (read from the response's usage) are charged to the key's token
-   limit and its usage recorded (``serving.auth.usage``).
+   limit and its usage recorded (``serving.auth.usage``); a stream that ends early (the client went
+   away, the request was cancelled) is charged what it had used by then.
 
-``POST /v1/episodes`` takes no request slot and records no usage of its own: the episode's model
-calls come back through this gate with the same key (``evaluation.api``), and each of those counts.
+``POST /v1/episodes`` holds a ``concurrent`` slot and an episode slot of its key for the episode's
+whole life (``key_limits.episode_cap``; over either, 429): a key cannot park more server-side
+episodes than its limits allow. The episode's model calls come back through this gate with the same
+key (``evaluation.api``, in-process) and run within it: each counts against the request and token
+limits and is recorded, but takes no slot of its own. They are known by :data:`IN_EPISODE`, a context
+variable the in-process calls inherit from the request that plays the episode, which no request
+from outside can set (a header could be forged).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import math
 import uuid
 
 from serving.auth.caller import CALLER, Caller
-from serving.auth.key_limits import Decision, make_limiter
+from serving.auth.key_limits import Decision, make_limiter, meters_episodes
 from serving.auth.keys import KeyRing, Principal
 from serving.auth.usage import NO_MODEL, UsageScanner, increments, make_usage, record_metrics
 from serving.config import AuthSpec
@@ -38,8 +48,11 @@ from serving.errors import (
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = ("/health", "/ready")  # probes need no key
-UNMETERED = ("/v1/episodes",)  # its model calls pass the gate themselves
+EPISODES = ("/v1/episodes",)  # holds a slot for its life; its model calls pass the gate themselves
 TOKEN_ROUTES = ("/v1/chat/completions", "/v1/completions")
+STORE_DOWN_CODE = b'"limit_store_unavailable"'
+# (key name, episode id) of the episode whose model calls run in this context.
+IN_EPISODE: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("maze_in_episode", default=None)
 
 
 class Gate:
@@ -100,59 +113,130 @@ class GateMiddleware:
 
     async def __call__(self, scope, receive, send):
         path = route_path(scope)
-        if scope["type"] != "http" or not self.gate.spec.enabled or path in OPEN_PATHS:
+        if scope["type"] != "http" or not self.gate.spec.enabled:
             return await self.app(scope, receive, send)
+        if path in OPEN_PATHS:
+            return await self._probe(scope, receive, send)
         principal = self.gate.keys.lookup(bearer(scope["headers"]))
         if principal is None:
             refused = Unauthorized("missing or invalid API key (send 'Authorization: Bearer <key>')")
             return await send_openai_error(send, refused)
         # Extension routes (evaluation.api) read the caller's scope from the request state.
         scope.setdefault("state", {})["model_visible"] = principal.may_call
-        if path.startswith(UNMETERED):
-            token = CALLER.set(Caller(principal))
-            try:
-                return await self.app(scope, receive, send)
-            finally:
-                CALLER.reset(token)
+        if path.startswith(EPISODES):
+            return await self._episode(principal, scope, receive, send)
         await self._metered(principal, path, scope, receive, send)
 
-    async def _admit(self, principal: Principal, request_id: str, send) -> Decision | None:
-        """The limiter's decision, or None when the key has no limits; a refusal is answered here."""
-        if not principal.limited:
-            return None
-        decision = await self.gate.limiter.admit(principal.name, principal.limits, request_id)
+    async def _probe(self, scope, receive, send) -> None:
+        """A probe: answered with or without a key; a valid key runs as its caller (no limits, no
+        usage). A missing, unknown or unreadable key is no caller, never an error: probes answer."""
+        try:
+            principal = self.gate.keys.lookup(bearer(scope["headers"]))
+        except ServingError:  # the key source is refused (KeysUnavailable): answer as to no key
+            principal = None
+        if principal is None:
+            return await self.app(scope, receive, send)
+        token = CALLER.set(Caller(principal))
+        try:
+            return await self.app(scope, receive, send)
+        finally:
+            CALLER.reset(token)
+
+    async def _admit(self, principal: Principal, request_id: str, send, *, episode: bool = False,
+                     within: str | None = None) -> tuple[Decision | None, int | None]:
+        """The limiter's decision (None: the key has nothing to meter here) and, when the request
+        is refused, the status it was answered with here (429 over a limit, 503 store down)."""
+        limits = principal.limits
+        if not (meters_episodes(limits) if episode else principal.limited):
+            return None, None
+        try:
+            decision = await self.gate.limiter.admit(principal.name, limits, request_id, episode=episode,
+                                                     within=within)
+        except LimitStoreUnavailable as exc:  # the store is down and the config fails closed
+            await send_openai_error(send, exc, [self._store_retry_after()])
+            return None, exc.status_code
         if not decision.admitted:
             cls = TokenRateLimited if decision.refused == "tokens" else RateLimited
-            window_s = principal.limits.window_s or self.gate.spec.limit_window_s
+            window_s = limits.window_s or self.gate.spec.limit_window_s
             await send_openai_error(send, cls(decision.message(principal.name, window_s)), decision.headers())
-        return decision
+            return decision, 429
+        return decision, None
 
-    async def _metered(self, principal: Principal, path: str, scope, receive, send) -> None:
-        request_id = uuid.uuid4().hex
-        try:
-            decision = await self._admit(principal, request_id, send)
-        except LimitStoreUnavailable as exc:  # the store is down and the config fails closed
-            await send_openai_error(send, exc)
-            return await self.gate.record(principal, NO_MODEL, exc.status_code, None)
-        if decision is not None and not decision.admitted:
-            return await self.gate.record(principal, NO_MODEL, 429, None)
-        caller, scanner = Caller(principal), UsageScanner()
+    def _store_retry_after(self) -> tuple[bytes, bytes]:
+        """``Retry-After`` for a store outage: when this replica tries the store again."""
+        return b"retry-after", str(max(1, math.ceil(self.gate.limiter.down_for_s()))).encode()
+
+    async def _episode(self, principal: Principal, scope, receive, send) -> None:
+        """A server-side episode: a slot of its key for its whole life, its model calls within it."""
+        episode_id = uuid.uuid4().hex
+        decision, refused = await self._admit(principal, episode_id, send, episode=True)
+        if refused is not None:
+            return await self.gate.record(principal, NO_MODEL, refused, None)
         extra = decision.headers() if decision is not None else []
-        scan = path in TOKEN_ROUTES
-        state = {"status": 500, "started": False}
+
+        async def episode_send(message):
+            if extra and message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        caller_token = CALLER.set(Caller(principal))
+        episode_token = IN_EPISODE.set((principal.name, episode_id))
+        try:
+            await self.app(scope, receive, episode_send)
+        finally:
+            IN_EPISODE.reset(episode_token)
+            CALLER.reset(caller_token)
+            if decision is not None:  # the episode's own usage is its calls': nothing to charge here
+                await self.gate.limiter.finish(principal.name, principal.limits, episode_id, 0, decision)
+
+    @staticmethod
+    def _within(principal: Principal) -> str | None:
+        """The episode this request is a model call of (an in-process call of the same key), else None."""
+        held = IN_EPISODE.get()
+        return held[1] if held is not None and held[0] == principal.name else None
+
+    def _sender(self, send, state: dict, extra: list, scanner: UsageScanner | None, caller: Caller):
+        """``send`` with the key's headers added, the stream's usage read (and taken out where the
+        gateway asked for it), and ``Retry-After`` on a route's 503 for the limit store."""
+        held = []  # a 503's start, until its body says whether the limit store is why
 
         async def gated_send(message):
             if message["type"] == "http.response.start":
                 state["status"], state["started"] = message["status"], True
                 if extra:
                     message = {**message, "headers": [*message.get("headers", ()), *extra]}
-            elif scan and message["type"] == "http.response.body":
+                if message["status"] == 503:
+                    held.append(message)
+                    return
+            elif message["type"] == "http.response.body":
                 body = message.get("body", b"")
-                kept = scanner.feed(body, caller.strip_usage)
-                if kept is not body:
-                    message = {**message, "body": kept}
+                if scanner is not None:
+                    kept = scanner.feed(body, caller.strip_usage)
+                    if kept is not body:
+                        message = {**message, "body": kept}
+                if held:
+                    await send(self._store_down_start(held.pop(), body))
             await send(message)
 
+        return gated_send
+
+    def _store_down_start(self, start: dict, body: bytes) -> dict:
+        # The route's own 503 (GET /v1/usage with the store down) leaves the app's error handler
+        # without headers: the gate, which knows the back-off, adds Retry-After.
+        headers = list(start.get("headers", ()))
+        if STORE_DOWN_CODE in body and not any(k.lower() == b"retry-after" for k, _ in headers):
+            return {**start, "headers": [*headers, self._store_retry_after()]}
+        return start
+
+    async def _metered(self, principal: Principal, path: str, scope, receive, send) -> None:
+        request_id = uuid.uuid4().hex
+        decision, refused = await self._admit(principal, request_id, send, within=self._within(principal))
+        if refused is not None:
+            return await self.gate.record(principal, NO_MODEL, refused, None)
+        caller, scanner = Caller(principal), UsageScanner()
+        extra = decision.headers() if decision is not None else []
+        state = {"status": 500, "started": False}
+        gated_send = self._sender(send, state, extra, scanner if path in TOKEN_ROUTES else None, caller)
         token = CALLER.set(caller)
         try:
             await self.app(scope, receive, gated_send)
@@ -160,18 +244,19 @@ class GateMiddleware:
             if state["started"]:
                 raise
             state["status"] = exc.status_code
-            await send_openai_error(send, exc, extra)
+            store_down = [self._store_retry_after()] if isinstance(exc, LimitStoreUnavailable) else []
+            await send_openai_error(send, exc, [*extra, *store_down])
         except asyncio.CancelledError:
             if not state["started"]:
                 state["status"] = 499  # the client went away
             raise
         finally:
             CALLER.reset(token)
-            usage = scanner.usage
+            usage = scanner.used()  # a stream cut off early: what it had used by then
             if decision is not None:
                 await self.gate.limiter.finish(principal.name, principal.limits, request_id,
                                                sum(usage) if usage else 0, decision)
             await self.gate.record(principal, caller.model or NO_MODEL, state["status"], usage)
 
 
-__all__ = ["OPEN_PATHS", "Gate", "GateMiddleware", "bearer"]
+__all__ = ["IN_EPISODE", "OPEN_PATHS", "Gate", "GateMiddleware", "bearer"]

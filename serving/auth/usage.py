@@ -9,8 +9,16 @@ Recorded by ``serving.auth.middleware`` once a keyed request has ended, three wa
   counters), kept ``auth.usage_retention_s``;
 * tokens are read from the response's ``usage``: the JSON body, or a stream's final usage chunk.
   A stream whose client did not ask for usage (``stream_options.include_usage``) is asked for it
-  by the gateway (:func:`request_stream_usage`) and the usage chunk is taken out again before it
-  reaches the client (:class:`UsageScanner`), so streamed tokens are counted exactly, not estimated.
+  by the gateway (:func:`request_stream_usage`), with usage in every chunk, and that usage is taken
+  out again before it reaches the client (:class:`UsageScanner`), so streamed tokens are counted
+  exactly, not estimated. A stream that ends early (the client went away) is charged what it had
+  used by its last chunk: the chunks' own usage, or else one completion token per chunk that
+  carried output (a client that asked for usage itself gets it only at the end).
+
+With Redis down the counters follow the limiter's back-off (``RedisLimiter.down_for_s``): writes
+are kept in this replica without a call to Redis while it is known down, and reads answer 503
+``limit_store_unavailable`` (the gate adds ``Retry-After``) rather than a total that misses what
+Redis holds.
 
 The ``model`` label is the model the gateway resolved (``base`` or ``base:name``; versions stay in
 the per-adapter metrics), ``-`` for requests that named none it serves (a 404, a 429, the model
@@ -27,6 +35,7 @@ import time
 from dataclasses import dataclass
 
 from serving.config import AuthSpec
+from serving.errors import LimitStoreUnavailable
 from serving.metrics import metric
 
 log = logging.getLogger(__name__)
@@ -36,6 +45,12 @@ COUNTERS = ("requests", "errors", "prompt_tokens", "completion_tokens")
 _USAGE_ONLY = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 _PROMPT = re.compile(r'"prompt_tokens"\s*:\s*(\d+)')
 _COMPLETION = re.compile(r'"completion_tokens"\s*:\s*(\d+)')
+# A chunk's usage object (continuous usage stats: one level of nested details at most).
+_CHUNK_USAGE = re.compile(rb',"usage":\{(?:[^{}]|\{[^{}]*\})*\}')
+_CHOICE_INDEX = re.compile(rb'"index":(\d+)')
+# Output a chunk carries: a non-empty text, content, reasoning or tool-call argument string.
+_OUTPUT = re.compile(rb'"(?:text|content|reasoning_content|reasoning|arguments)":"(?!")')
+USAGE_UNAVAILABLE = "usage is kept in the rate-limit store, which cannot be reached; try again shortly"
 
 
 def usage_of(text: str) -> tuple[int, int] | None:
@@ -49,9 +64,9 @@ def usage_of(text: str) -> tuple[int, int] | None:
 def record_metrics(key: str, model: str, status: int, usage: tuple[int, int] | None) -> None:
     """The Prometheus side of one request."""
     metric("key_requests").inc(tags={"key": key, "model": model, "status": str(status)})
-    if usage is not None:
-        metric("key_tokens").inc(usage[0], tags={"key": key, "model": model, "kind": "prompt"})
-        metric("key_tokens").inc(usage[1], tags={"key": key, "model": model, "kind": "completion"})
+    for kind, n in zip(("prompt", "completion"), usage or ()):
+        if n > 0:  # Ray's counters refuse 0 (a stream cut off early may know no prompt tokens)
+            metric("key_tokens").inc(n, tags={"key": key, "model": model, "kind": kind})
 
 
 def increments(status: int, usage: tuple[int, int] | None) -> dict[str, int]:
@@ -118,26 +133,41 @@ class RedisUsage:
         return f"{self.spec.store.prefix}usage:{minute}"
 
     async def add(self, key: str, model: str, counts: dict[str, int]) -> None:
+        if self._limiter.down_for_s() > 0:  # known down: no call per request, kept here meanwhile
+            await self.local.add(key, model, counts)
+            return
         minute = int(self._clock() // 60)
         try:
-            pipe = self._limiter._redis().pipeline(transaction=False)
+            pipe = self._limiter.client().pipeline(transaction=False)
             for counter, n in counts.items():
                 pipe.hincrby(self._hash(minute), f"{key}\t{model}\t{counter}", n)
             pipe.expire(self._hash(minute), int(self.spec.usage_retention_s) + 60)
             await pipe.execute()
         except Exception as exc:  # noqa: BLE001 - usage must never fail a request; keep it here instead
-            log.warning("usage not written to the store (%s); kept in this replica", type(exc).__name__)
-            metric("limit_store_errors").inc(tags={"action": "usage"})
+            self._limiter.failed("usage", exc)  # logs it; the next writes skip Redis for the back-off
             await self.local.add(key, model, counts)
 
     async def totals(self, since_s: float, key: str | None = None) -> list[dict]:
+        """Every replica's counters from Redis, plus what this one kept while Redis was down.
+
+        Raises:
+            LimitStoreUnavailable: Redis is down (known, or this read failed): a total without it
+                would be missing what every replica wrote there.
+        """
+        if self._limiter.down_for_s() > 0:
+            raise LimitStoreUnavailable(USAGE_UNAVAILABLE)
         now_minute = int(self._clock() // 60)
         minutes = range(int((self._clock() - since_s) // 60), now_minute + 1)
-        pipe = self._limiter._redis().pipeline(transaction=False)
-        for minute in minutes:
-            pipe.hgetall(self._hash(minute))
+        try:
+            pipe = self._limiter.client().pipeline(transaction=False)
+            for minute in minutes:
+                pipe.hgetall(self._hash(minute))
+            buckets = await pipe.execute()
+        except Exception as exc:  # any store failure is an outage to the gateway
+            self._limiter.failed("usage_read", exc)
+            raise LimitStoreUnavailable(USAGE_UNAVAILABLE) from None
         out: dict[tuple[str, str], collections.Counter] = collections.defaultdict(collections.Counter)
-        for bucket in await pipe.execute():
+        for bucket in buckets:
             for field_, n in bucket.items():
                 k, m, counter = (field_.decode() if isinstance(field_, bytes) else field_).split("\t")
                 if key is None or k == key:
@@ -156,8 +186,9 @@ def make_usage(spec: AuthSpec, limiter):
 
 # -- tokens from a response --------------------------------------------------------------------------
 def request_stream_usage(body) -> bool:
-    """Ask the engine for a stream's usage chunk when the client did not; True when asked (the
-    chunk must then be taken out of the stream, :class:`UsageScanner` ``strip``)."""
+    """Ask the engine for a stream's usage when the client did not: in every chunk (continuous usage
+    stats), so a stream cut off early is still charged what it used. True when asked (the usage
+    must then be taken out of the stream: :class:`UsageScanner` ``strip``)."""
     if not getattr(body, "stream", False):
         return False
     options = getattr(body, "stream_options", None)
@@ -165,27 +196,57 @@ def request_stream_usage(body) -> bool:
         return False
     from vllm.entrypoints.generate.base.protocol import StreamOptions  # the engine's own type
 
-    body.stream_options = StreamOptions(include_usage=True,
-                                        continuous_usage_stats=getattr(options, "continuous_usage_stats", False))
+    body.stream_options = StreamOptions(include_usage=True, continuous_usage_stats=True)
     return True
 
 
 class UsageScanner:
-    """Reads ``usage`` from a response's body messages; with ``strip``, removes a stream's
-    usage-only chunk (the one the gateway asked for) from the bytes passed on."""
+    """Reads ``usage`` from a response's body messages as they pass, and what a stream has used so
+    far; with ``strip``, takes the usage the gateway asked for out of the bytes passed on (the
+    usage-only last chunk, and the usage of every other chunk)."""
 
     def __init__(self) -> None:
-        self.usage: tuple[int, int] | None = None
+        self.usage: tuple[int, int] | None = None  # the response's own, complete usage
+        self._prompt = 0  # from the chunks' usage (continuous stats)
+        self._completion: dict[bytes, int] = {}  # choice index -> its completion tokens so far
+        self._output_chunks = 0  # chunk choices that carried output: at least one token each
 
     def feed(self, body: bytes, strip: bool) -> bytes:
-        if b'"usage"' not in body:
-            return body
-        self.usage = usage_of(body.decode("utf-8", "ignore")) or self.usage
-        if not strip:
+        if not body.startswith(b"data:"):  # a JSON body: its usage is the answer's
+            if b'"usage"' in body:
+                self.usage = usage_of(body.decode("utf-8", "ignore")) or self.usage
             return body
         events = body.split(b"\n\n")
-        kept = [e for e in events if not (b'"usage"' in e and _USAGE_ONLY.search(e))]
-        return b"\n\n".join(kept)
+        kept = [e for e in (self._event(e, strip) for e in events) if e is not None]
+        return body if kept == events else b"\n\n".join(kept)
+
+    def _event(self, event: bytes, strip: bool) -> bytes | None:
+        """One server-sent event, as passed on (None: taken out)."""
+        if b'"usage"' not in event:
+            self._output_chunks += len(_OUTPUT.findall(event))
+            return event
+        usage = usage_of(event.decode("utf-8", "ignore"))
+        if _USAGE_ONLY.search(event):  # the stream's last chunk: its usage is the whole stream's
+            self.usage = usage or self.usage
+            return None if strip else event
+        self._output_chunks += len(_OUTPUT.findall(event))
+        if usage is not None:
+            index = _CHOICE_INDEX.search(event)
+            self._prompt = usage[0]
+            self._completion[index.group(1) if index else b"0"] = usage[1]
+        return _CHUNK_USAGE.sub(b"", event, count=1) if strip else event
+
+    def used(self) -> tuple[int, int] | None:
+        """(prompt, completion) tokens the response used: its own usage once it has ended; for a
+        stream cut off before that, what its chunks said, else one completion token per chunk
+        that carried output (the prompt's tokens are not known then); None when nothing was used."""
+        if self.usage is not None:
+            return self.usage
+        if self._completion:
+            return self._prompt, sum(self._completion.values())
+        if self._output_chunks:
+            return 0, self._output_chunks
+        return None
 
 
 __all__ = ["COUNTERS", "NO_MODEL", "LocalUsage", "RedisUsage", "UsageScanner", "increments", "make_usage", "usage_of",

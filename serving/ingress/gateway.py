@@ -4,16 +4,18 @@
 
 * ``base:name`` -> ``base:name@version`` through the adapter store's refs (``serving.adapters``'
   resolver; an explicit ``base:name@version`` is served as asked, current or not; a name with a
-  canary is split per session), so replicas load immutable, complete versions; unknown base 404,
-  bad name 400, S3 trouble 503;
+  canary is split per session), so replicas load immutable, complete versions; an unknown base or
+  adapter 404 (worded as OpenAI words a model outside the key's scope), bad name 400, S3 trouble 503;
 * request checks (``serving.ingress.request_checks``: OpenAI's roles and a required ``model``,
   image URLs, bytes and pixels) on every engine route before the engine sees the request, and, in
   :class:`~serving.ingress.middleware.GatewayMiddleware`, the body size limit and request metrics;
 * API keys (``serving.auth``'s gate, inside that middleware: key, limits, usage): a model outside
   the caller's scope is OpenAI's 404 before anything is looked up, and absent from ``/v1/models``;
-* ``/v1/models`` from the store (paginated, ``?after=&limit=``, ``agent_profile`` on bases),
-  ``/health``, ``/ready``, and the management routes of ``serving.ingress.management``;
-* one error handler: every error leaves as ``{"error": {"message", "type", "code"}}``.
+* ``/v1/models`` from the store (paginated over what the caller may see, ``?after=&limit=``,
+  ``agent_profile`` on bases), ``/health``, ``/ready`` (its details for admin keys), and the
+  management routes of ``serving.ingress.management``;
+* one error handler: every error leaves as ``{"error": {"message", "type", "code"}}``, a 5xx
+  without internal text (``serving.ingress.middleware.public_error``).
 
 :func:`create_app` builds the FastAPI app the ingress is served with (Ray's own app factory, so
 Ray's HTTP metrics and request ids stay, plus the extension routers named in the config).
@@ -36,7 +38,7 @@ from ray.llm._internal.serve.core.ingress.middleware import get_request_id
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
-from serving.adapters import AdapterResolver, AdapterStore, export_s3_env, serves_canary, session_key, split_model_name
+from serving.adapters import AdapterResolver, AdapterStore, export_s3_env, serves_canary, session_key
 from serving.auth import (
     CALLER,
     Gate,
@@ -52,13 +54,21 @@ from serving.errors import (
     AdapterLoadFailed,
     AdapterNotFound,
     MissingParameter,
-    ModelNotFound,
+    ModelAccessDenied,
     ReplicaUnavailable,
     ServingError,
 )
 from serving.ingress.adapter_metrics import RESOLVED_MODEL, with_adapter_metrics
+from serving.ingress.management import plain_name, split_name
 from serving.ingress.management import router as admin_router
-from serving.ingress.middleware import GatewayMiddleware, replace_application_error_middleware
+from serving.ingress.middleware import (
+    GatewayMiddleware,
+    cause_of,
+    public_error,
+    replace_application_error_middleware,
+    request_id_of,
+    retry_after,
+)
 from serving.ingress.replica_status import degraded, replica_status
 from serving.ingress.request_checks import check_request
 from serving.metrics import metric
@@ -69,16 +79,6 @@ READY_TIMEOUT_S = 5.0
 
 
 # -- errors -------------------------------------------------------------------------------------
-def _openai_error(status: int, message: str, type_: str, code: Any) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": type_, "code": code}}, status_code=status)
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    # Ray re-raises a replica's exception as RayTaskError(<cause class>): report the cause itself.
-    cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, BaseException) else exc
-
-
 def _replica_lost(exc: BaseException) -> bool:
     """Whether ``exc`` says the replica (its actor, worker or node) is gone, not that the request failed."""
     from ray.exceptions import NodeDiedError, RayActorError, WorkerCrashedError
@@ -87,21 +87,10 @@ def _replica_lost(exc: BaseException) -> bool:
 
 
 async def openai_error_handler(request: Request, exc: Exception) -> JSONResponse:
-    """The one mapping of gateway, Ray and FastAPI errors to the OpenAI error shape."""
-    exc = _unwrap(exc)
-    if isinstance(exc, ServingError):
-        return JSONResponse(exc.to_openai(), status_code=exc.status_code)
-    if isinstance(exc, OpenAIHTTPException):
-        return _openai_error(exc.status_code, exc.message, exc.type, exc.status_code)
-    if isinstance(exc, RequestValidationError):
-        first = exc.errors()[0] if exc.errors() else {}
-        msg = f"invalid request: {first.get('msg', 'validation error')} at {'.'.join(map(str, first.get('loc', ())))}"
-        return _openai_error(400, msg, "invalid_request_error", "invalid_parameter")
-    if isinstance(exc, HTTPException):
-        kind = "invalid_request_error" if exc.status_code < 500 else "internal_error"
-        return _openai_error(exc.status_code, str(exc.detail), kind, exc.status_code)
-    log.exception("unhandled error on %s", request.url.path, exc_info=exc)
-    return _openai_error(500, f"internal error: {type(exc).__name__}", "internal_error", "internal_error")
+    """The one mapping of gateway, Ray and FastAPI errors to the OpenAI error shape
+    (:func:`~serving.ingress.middleware.public_error`: a 5xx carries no internal text)."""
+    status, body = public_error(exc, request_id_of(request.scope))
+    return JSONResponse(body, status_code=status, headers=retry_after(body))
 
 
 # -- the app ------------------------------------------------------------------------------------
@@ -119,7 +108,8 @@ def create_app(cfg: ServingConfig) -> FastAPI:
     """Ray's ingress FastAPI app plus the gateway's error handler, middleware and extensions."""
     app = ray_ingress_app()
     replace_application_error_middleware(app)
-    for exc_cls in (ServingError, OpenAIHTTPException, HTTPException, RequestValidationError):
+    # Exception: the last-resort handler, in place of Ray's (whose body carries the exception's text).
+    for exc_cls in (ServingError, OpenAIHTTPException, HTTPException, RequestValidationError, Exception):
         app.add_exception_handler(exc_cls, openai_error_handler)
     app.include_router(admin_router)
     for path in cfg.extensions:
@@ -163,17 +153,16 @@ class GatewayIngress(OpenAiIngress):
             raise MissingParameter("you must provide a model parameter ('<base>' or '<base>:<adapter>')")
         if model == RESOLVED_MODEL.get():  # already resolved for this request: the parent's own lookup
             return await super()._get_model_id(model)
-        authorize_model(model)  # outside the key's scope: OpenAI's 404, before anything is looked up
-        base, sep, name = model.partition(":")
-        if base not in self._model_cards:
-            raise ModelNotFound(f"model {model!r}: unknown base model {base!r}; served: {sorted(self._model_cards)}")
+        base, sep, name = self._scoped(model)
         if not sep:
             note_model(base)
             return base
         # base:name follows the alias; base:name@version pins one version, current or not.
-        adapter, version = split_model_name(name)
-        ref = await self.resolver.resolve(adapter, version)
+        adapter, version = split_name(name)
+        ref = await self._ref(model, adapter, version)
         if ref.base and ref.base != base:
+            if not visible(f"{ref.base}:{adapter}"):  # the base it serves is no business of this key
+                raise AdapterNotFound(str(ModelAccessDenied.of(model)))
             raise AdapterNotFound(f"adapter {name!r} is published for base {ref.base!r}, not {base!r}")
         note_model(f"{base}:{adapter}")
         if version is None and ref.canary is not None:
@@ -183,6 +172,24 @@ class GatewayIngress(OpenAiIngress):
             metric("canary_routes").inc(tags={"adapter": adapter, "version": served, "arm": arm})
             return f"{base}:{adapter}@{served}"
         return f"{base}:{ref.folder}"
+
+    def _scoped(self, model: str) -> tuple[str, str, str]:
+        """``model`` split at its first ``:`` once the caller may call it and its base is served;
+        either failure is the same OpenAI 404, before anything is looked up, so an answer never
+        depends on what lies outside the key's scope (nor lists the bases served)."""
+        authorize_model(model)
+        base, sep, name = model.partition(":")
+        if base not in self._model_cards:
+            raise ModelAccessDenied.of(model)
+        return base, sep, name
+
+    async def _ref(self, model: str, adapter: str, version: str | None):
+        """The adapter's ref (``version``: that one); a missing name or version is answered in the
+        words of a model outside the key's scope (code ``adapter_not_found``)."""
+        try:
+            return await self.resolver.resolve(adapter, version)
+        except AdapterNotFound:
+            raise AdapterNotFound(str(ModelAccessDenied.of(model))) from None
 
     async def _get_response(self, *, body, call_method: str, raw_request=None):
         # Every engine route (chat, completions, embeddings, score, tokenize, ...) passes here before
@@ -206,7 +213,7 @@ class GatewayIngress(OpenAiIngress):
         except (ServingError, HTTPException, OpenAIHTTPException, RequestValidationError, asyncio.CancelledError):
             raise
         except Exception as exc:
-            cause = _unwrap(exc)
+            cause = cause_of(exc)
             if isinstance(cause, ServingError):
                 raise cause from None
             if _replica_lost(cause):  # not the adapter's fault: another replica can answer a retry
@@ -234,26 +241,26 @@ class GatewayIngress(OpenAiIngress):
 
     async def models(self, after: str | None = Query(None, description="adapter id or name to start after"),
                      limit: int | None = Query(None, ge=1, le=1000, description="adapters per page; none: all")):
-        """Base models (first page) and every published adapter under each base, in key order."""
-        store = self.resolver.store
-        after_name = after.partition(":")[2] or after if after else None
-        if limit is None:
-            names, has_more = await asyncio.to_thread(store.list_names), False
-        else:
-            names, has_more = await asyncio.to_thread(store.page_names, after_name, limit)
-        data = [self._base_card(b) for b in self._model_cards] if after_name is None else []
-        data += [self._adapter_card(b, n) for n in names for b in self._model_cards]
-        data = [card for card in data if visible(card["id"])]  # a key lists only what it may call
+        """Base models (first page) and the published adapters under each base, in the store's key
+        order, of what the caller may call only: a page holds ``limit`` adapter names the caller may
+        see, ``has_more`` is true only when another follows, and ``after`` (an id or name) starts
+        the page where that name sorts, whether or not it exists or the caller may see it."""
+        after_name = plain_name(after.partition(":")[2] or after) if after else None
+        bases = list(self._model_cards)
+
+        def keep(name: str) -> bool:  # run in the listing thread, which has the request's context
+            return any(visible(f"{b}:{name}") for b in bases)
+
+        names, has_more = await asyncio.to_thread(self.resolver.store.page_names, after_name, limit, keep)
+        data = [self._base_card(b) for b in bases if visible(b)] if after_name is None else []
+        data += [self._adapter_card(b, n) for n in names for b in bases if visible(f"{b}:{n}")]
         return {"object": "list", "data": data, "has_more": has_more}
 
     async def model_data(self, model: str):
-        authorize_model(model)
-        base, sep, name = model.partition(":")
-        if base not in self._model_cards:
-            raise ModelNotFound(f"model {model!r} not found; served bases: {sorted(self._model_cards)}")
+        base, sep, name = self._scoped(model)
         if sep:
             # The card names the version the alias serves now: clients pin it as base:name@version.
-            ref = await self.resolver.resolve(*split_model_name(name))
+            ref = await self._ref(model, *split_name(name))
             card = {**self._adapter_card(base, name), "version": ref.version, "versioned_id": f"{base}:{ref.folder}"}
             if ref.canary is not None and "@" not in name:
                 card["canary"] = {"version": ref.canary.version, "weight": ref.canary.weight,
@@ -265,20 +272,31 @@ class GatewayIngress(OpenAiIngress):
     async def health(self):
         return {"status": "ok"}
 
-    async def ready(self):
-        """200 when every base model's LLM deployment answers its health check, else 503; with
-        several replicas also each deployment's running replicas, target and nodes, and status
-        ``degraded`` while fewer run than the target (a lost node, until its replica is back)."""
-        async def probe(base: str) -> str:
-            try:
-                await asyncio.wait_for(self._default_serve_handles[base].check_health.remote(), READY_TIMEOUT_S)
-                return "ok"
-            except Exception as exc:  # noqa: BLE001 - any failure means not ready
-                return f"{type(exc).__name__}: {exc}"[:200]
+    async def _probe(self, base: str) -> str:
+        """``ok``, or why ``base``'s LLM deployment failed its health check."""
+        try:
+            await asyncio.wait_for(self._default_serve_handles[base].check_health.remote(), READY_TIMEOUT_S)
+            return "ok"
+        except Exception as exc:  # noqa: BLE001 - any failure means not ready
+            return f"{type(exc).__name__}: {exc}"[:200]
 
+    def _shows_details(self) -> bool:
+        """Whether ``/ready`` may name bases, replicas, nodes and failures: to an admin key, or to
+        anyone with auth off (the gateway is then open to whoever reaches it)."""
+        principal = current()
+        return not self.cfg.auth.enabled or (principal is not None and principal.role == "admin")
+
+    async def ready(self):
+        """200 when every base model's LLM deployment answers its health check, else 503. To a
+        probe (no key, or a key that is not an admin's) the body says only ``ready`` or
+        ``not_ready``; to an admin, or with auth off, it adds each base's result and, with several
+        replicas, each deployment's running replicas, target and nodes, and status ``degraded``
+        while fewer run than the target (a lost node, until its replica is back)."""
         bases = list(self._default_serve_handles)
-        results = dict(zip(bases, await asyncio.gather(*(probe(b) for b in bases))))
+        results = dict(zip(bases, await asyncio.gather(*(self._probe(b) for b in bases))))
         ok = all(v == "ok" for v in results.values())
+        if not self._shows_details():
+            return JSONResponse({"status": "ready" if ok else "not_ready"}, status_code=200 if ok else 503)
         body: dict[str, Any] = {"status": "ready" if ok else "not_ready", "models": results}
         if self.cfg.replicas.max_replicas > 1:  # one replica: the health check already says it all
             replicas = await asyncio.to_thread(replica_status, self.cfg.name)

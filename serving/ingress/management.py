@@ -9,7 +9,14 @@
   ``.../canary`` (``{"version", "weight"}``), ``.../promote`` (``{"version", "force"}`` or none: the
   canary; ``force`` promotes a version whose parity check failed, else 409),
   ``.../abort``, ``.../rollback``: a publisher on names its models cover, an admin on any name;
-  ``DELETE /v1/adapters/{name}``: admin only. Another key gets 403.
+  ``DELETE /v1/adapters/{name}``: admin only. Another key gets 403, checked from its role and the
+  name before anything else of the request is validated or read (a key that may not act learns
+  nothing from a 400: not the bases served, not what the store holds).
+
+A name the key may not see answers exactly as a name that does not exist (404, ``adapter 'x' not
+found``). A name with a control character is a 400 (the store's name pattern lets a trailing
+newline through into an S3 key). An upload is read as a stream bounded in decompressed bytes
+(``limits.max_upload_bytes``) and members (:data:`MAX_UPLOAD_MEMBERS`).
 
 With auth off (the embedded default on 127.0.0.1) every route is open, as the store itself is to
 whoever holds its credentials. ``maze-serve adapters --gateway URL ...`` and ``maze-serve usage``
@@ -19,26 +26,40 @@ call these routes.
 from __future__ import annotations
 
 import asyncio
+import bz2
 import dataclasses
+import gzip
+import lzma
 import re
 import shutil
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from serving.adapters import CONFIG, WEIGHTS, AdapterStore, split_model_name
-from serving.auth import current
+from serving.auth import current, visible
 from serving.config import ServingConfig
-from serving.errors import AdapterInvalid, AdapterNotFound, BadAdapterName, BadRequest, Forbidden
+from serving.errors import (
+    AdapterInvalid,
+    AdapterNotFound,
+    BadAdapterName,
+    BadRequest,
+    Forbidden,
+    RequestTooLarge,
+)
 
 router = APIRouter(tags=["management"])
 _STORES: dict[str, AdapterStore] = {}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_UPLOAD_MEMBERS = 256  # files in an uploaded tar: an adapter folder holds a handful
+MAX_TAR_HEADER_BYTES = 1 << 20  # a long name or pax record set: tarfile reads one whole into memory
 
 
 def parse_since(text: str) -> float:
@@ -75,11 +96,40 @@ def _visible_name(cfg: ServingConfig, name: str) -> bool:
     return principal is None or any(principal.may_call(f"{b}:{name}") for b in _bases(cfg))
 
 
-def _plain(name: str) -> str:
-    """``name`` checked as an adapter name without a version."""
-    if split_model_name(name)[1] is not None:
+def split_name(text: str) -> tuple[str, str | None]:
+    """``name`` or ``name@version`` -> (name, version or None), checked as the store checks them and
+    refused (400) with a control character anywhere: the store's patterns end in ``$``, which lets
+    a trailing newline through to an S3 key."""
+    if _CONTROL.search(text):
+        raise BadAdapterName(f"invalid adapter name {text!r}: control characters are not allowed")
+    return split_model_name(text)
+
+
+def plain_name(name: str) -> str:
+    """``name`` checked (:func:`split_name`) as an adapter name without a version."""
+    if split_name(name)[1] is not None:
         raise BadAdapterName(f"{name!r}: name the adapter without a version here")
     return name
+
+
+def _missing(name: str) -> AdapterNotFound:
+    """What a name the key may not see answers: the words the store uses for one that does not exist."""
+    return AdapterNotFound(f"adapter {name!r} not found")
+
+
+def _may(action: str):
+    """A route dependency: the caller may ``action`` the adapter named in the path (403 otherwise).
+    FastAPI runs dependencies before it validates the query and body, so this check comes first."""
+    def check(request: Request, name: str) -> None:
+        _check(_config(request), action, name)
+    return Depends(check)
+
+
+def _may_push(request: Request, name: str) -> None:
+    """The push route's dependency: ``push`` on the name for the base the query names (an unknown
+    base is a 400 only for a key that may push there; another key gets its 403 first)."""
+    cfg = _config(request)
+    _check(cfg, "push", name, [request.query_params.get("base") or cfg.base_models[0].id])
 
 
 def _ref(ref) -> dict[str, Any]:
@@ -121,21 +171,19 @@ async def list_adapters(request: Request):
     return {"object": "list", "data": [_ref(r) for r in refs if _visible_name(cfg, r.name)]}
 
 
+def _visible(cfg: ServingConfig, name: str) -> str:
+    """``name``, checked as a plain adapter name, when the key may see it; else the 404 a missing
+    name gets (scope first: a name outside it is never validated, so never told apart)."""
+    if not _visible_name(cfg, name):
+        raise _missing(name)
+    return plain_name(name)
+
+
 @router.get("/v1/adapters/{name}/history")
 async def adapter_history(request: Request, name: str):
     cfg = _config(request)
-    _plain(name)
-    if not _visible_name(cfg, name):
-        raise AdapterNotFound(f"adapter {name!r} does not exist or you do not have access to it")
-    moves = await asyncio.to_thread(_store(cfg).history, name)
+    moves = await asyncio.to_thread(_store(cfg).history, _visible(cfg, name))
     return {"object": "list", "data": [dataclasses.asdict(m) for m in moves]}
-
-
-def _visible(cfg: ServingConfig, name: str) -> str:
-    """``name`` (plain) when the key may see it, else the 404 a missing name gets."""
-    if not _visible_name(cfg, _plain(name)):
-        raise AdapterNotFound(f"adapter {name!r} does not exist or you do not have access to it")
-    return name
 
 
 @router.get("/v1/adapters/{name}/parity")
@@ -149,35 +197,97 @@ async def adapter_parity(request: Request, name: str):
 async def verify_adapter(request: Request, name: str,
                          version: str | None = Query(None, description="the version (default: the one served)")):
     cfg = _config(request)
-    split_model_name(f"{_visible(cfg, name)}@{version}" if version else name)  # a bad version is a 400
+    plain = _visible(cfg, name)
+    if version:
+        split_name(f"{plain}@{version}")  # a bad version is a 400
     report = await asyncio.to_thread(_store(cfg).verify, name, version)
     return {**dataclasses.asdict(report), "ok": report.ok}
 
 
-def _extract(archive: Path, out: Path) -> None:
-    """The adapter's two files from a tar (any folder inside it); nothing else is written."""
+# -- upload extraction --------------------------------------------------------------------------
+_COMPRESSED = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ\x00", lzma.open))
+
+
+class _Expanded(Exception):
+    """The decompressed upload went past its bound."""
+
+
+class _Bounded:
+    """A read-only stream of at most ``limit`` bytes of ``raw``: one more raises :class:`_Expanded`.
+    It sits between the decompressor and tarfile, so every byte tarfile reads (headers, skipped
+    members, extracted files) counts, and no read asks the decompressor for more than the rest."""
+
+    def __init__(self, raw, limit: int):
+        self.raw, self.left = raw, limit
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(self.left + 1 if size is None or size < 0 else min(size, self.left + 1))
+        self.left -= len(data)
+        if self.left < 0:
+            raise _Expanded
+        return data
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A member whose extended header (a GNU long name, pax records) is read only when it is small:
+    tarfile reads such a header whole into memory before the member is seen."""
+
+    def _proc_member(self, tarfile_):
+        extended = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                    tarfile.SOLARIS_XHDTYPE)
+        if self.type in extended and self.size > MAX_TAR_HEADER_BYTES:
+            raise tarfile.ReadError(f"a tar header of {self.size} bytes (at most {MAX_TAR_HEADER_BYTES})")
+        return super()._proc_member(tarfile_)
+
+
+def _decompressed(archive: Path):
+    """``archive`` opened as its decompressed bytes (gzip, bzip2, xz by their magic; else as it is)."""
+    with open(archive, "rb") as fh:
+        magic = fh.read(6)
+    opener = next((fn for prefix, fn in _COMPRESSED if magic.startswith(prefix)), open)
+    return opener(archive, "rb")
+
+
+def _extract(archive: Path, out: Path, max_bytes: int) -> None:
+    """The adapter's two files from a tar, plain or compressed (any folder inside it); nothing else
+    is written. Read as one stream that stops past ``max_bytes`` decompressed bytes or
+    :data:`MAX_UPLOAD_MEMBERS` members, so a small upload cannot expand into unbounded disk,
+    memory or time.
+
+    Raises:
+        RequestTooLarge (413): more than ``max_bytes`` once decompressed.
+        AdapterInvalid (400): not a tar (or not one that decompresses), too many members, a huge header.
+    """
     try:
-        with tarfile.open(archive, mode="r:*") as tar:
-            for member in tar.getmembers():
+        with _decompressed(archive) as raw, tarfile.open(fileobj=_Bounded(raw, max_bytes), mode="r|",
+                                                          tarinfo=_BoundedTarInfo) as tar:
+            for count, member in enumerate(tar, start=1):
+                if count > MAX_UPLOAD_MEMBERS:
+                    raise AdapterInvalid(f"the upload holds more than {MAX_UPLOAD_MEMBERS} tar members; send a "
+                                         f"tar of the adapter folder ({CONFIG}, {WEIGHTS})")
                 fname = Path(member.name).name
                 if member.isreg() and fname in (CONFIG, WEIGHTS):
                     with tar.extractfile(member) as src, open(out / fname, "wb") as dst:
                         shutil.copyfileobj(src, dst)
-    except tarfile.TarError as exc:
-        raise AdapterInvalid(f"the upload is not a tar of an adapter folder: {exc}") from None
+    except _Expanded:
+        raise RequestTooLarge(f"the upload expands past {max_bytes} bytes once decompressed "
+                              "(limits.max_upload_bytes)") from None
+    except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError) as exc:
+        # An OSError's strerror leaves out the file name (the gateway's temporary folder).
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise AdapterInvalid(f"the upload is not a tar of an adapter folder: {detail}") from None
 
 
-@router.post("/v1/adapters/{name}/versions")
+@router.post("/v1/adapters/{name}/versions", dependencies=[Depends(_may_push)])
 async def push_adapter(request: Request, name: str,
                        base: str | None = Query(None, description="base model id (default: the first served)"),
                        force: bool = Query(False, description="replace the version a published name serves"),
                        canary: float | None = Query(None, description="publish as the name's canary at this percent")):
     cfg = _config(request)
-    _plain(name)
+    plain_name(name)
     spec = cfg.base(base) if base else cfg.base_models[0]
-    if spec is None:
-        raise BadRequest(f"unknown base {base!r}; served: {_bases(cfg)}")
-    _check(cfg, "push", name, [spec.id])
+    if spec is None:  # named to a key that may push there, and only the bases it may call
+        raise BadRequest(f"unknown base {base!r}; served: {[b for b in _bases(cfg) if visible(b)]}")
     with tempfile.TemporaryDirectory(prefix="maze-upload-") as tmp:
         archive, folder = Path(tmp) / "upload.tar", Path(tmp) / "adapter"
         folder.mkdir()
@@ -187,51 +297,48 @@ async def push_adapter(request: Request, name: str,
                 await asyncio.to_thread(fh.write, chunk)
         finally:
             fh.close()
-        await asyncio.to_thread(_extract, archive, folder)
+        await asyncio.to_thread(_extract, archive, folder, cfg.limits.max_upload_bytes)
         ref = await asyncio.to_thread(_store(cfg).push, folder, name, base=spec.id, base_source=spec.source,
                                       max_rank=cfg.lora.max_rank, force=force, canary=canary,
                                       vision_tower=cfg.lora.vision_tower)
     return _ref(ref)
 
 
-@router.post("/v1/adapters/{name}/canary")
+@router.post("/v1/adapters/{name}/canary", dependencies=[_may("canary")])
 async def canary_adapter(request: Request, name: str, body: CanaryBody):
     cfg = _config(request)
-    _plain(name)
-    split_model_name(f"{name}@{body.version}")
-    _check(cfg, "canary", name)
+    split_name(f"{plain_name(name)}@{body.version}")
     return _ref(await asyncio.to_thread(_store(cfg).canary, name, body.version, body.weight))
 
 
-@router.post("/v1/adapters/{name}/promote")
+@router.post("/v1/adapters/{name}/promote", dependencies=[_may("promote")])
 async def promote_adapter(request: Request, name: str, body: PromoteBody | None = None):
     cfg = _config(request)
     version, force = (body.version, body.force) if body is not None else (None, False)
-    split_model_name(_plain(name) if version is None else f"{_plain(name)}@{version}")
-    _check(cfg, "promote", name)
+    split_name(plain_name(name) if version is None else f"{plain_name(name)}@{version}")
     return _ref(await asyncio.to_thread(_store(cfg).promote, name, version, force=force))
 
 
-async def _move(request: Request, name: str, action: str, method: str) -> dict[str, Any]:
-    """A move that takes only the adapter's name: checked for ``action``, then ``AdapterStore.<method>``."""
+async def _move(request: Request, name: str, method: str) -> dict[str, Any]:
+    """A move that takes only the adapter's name (its right checked by the route's dependency):
+    ``AdapterStore.<method>``."""
     cfg = _config(request)
-    _check(cfg, action, _plain(name))
-    return _ref(await asyncio.to_thread(getattr(_store(cfg), method), name))
+    return _ref(await asyncio.to_thread(getattr(_store(cfg), method), plain_name(name)))
 
 
-@router.post("/v1/adapters/{name}/abort")
+@router.post("/v1/adapters/{name}/abort", dependencies=[_may("abort")])
 async def abort_adapter(request: Request, name: str):
-    return await _move(request, name, "abort", "abort_canary")
+    return await _move(request, name, "abort_canary")
 
 
-@router.post("/v1/adapters/{name}/rollback")
+@router.post("/v1/adapters/{name}/rollback", dependencies=[_may("rollback")])
 async def rollback_adapter(request: Request, name: str):
-    return await _move(request, name, "rollback", "rollback")
+    return await _move(request, name, "rollback")
 
 
-@router.delete("/v1/adapters/{name}")
+@router.delete("/v1/adapters/{name}", dependencies=[_may("remove")])
 async def remove_adapter(request: Request, name: str):
-    return await _move(request, name, "remove", "remove")
+    return await _move(request, name, "remove")
 
 
-__all__ = ["parse_since", "router"]
+__all__ = ["MAX_UPLOAD_MEMBERS", "parse_since", "plain_name", "router", "split_name"]

@@ -87,3 +87,74 @@ def test_episode_never_calls_the_host_the_client_names(gateway):
     assert r.status_code == 200, r.text
     assert r.json()["success"] and r.json()["seed"] == 5
     assert trap.received == [], trap.received
+
+
+# -- episodes under a key's limits ----------------------------------------------------------------------
+ONE_SLOT, CAPPED, OPS = "sk-one-slot-0123456789", "sk-capped-0123456789ab", "sk-ops-0123456789abcd"
+EPISODE_KEYS = {"keys": [
+    {"name": "one-slot", "models": ["*"], "secrets": [ONE_SLOT], "limits": {"concurrent": 1}},
+    {"name": "capped", "models": ["*"], "secrets": [CAPPED], "limits": {"episodes": 1, "concurrent": 8}},
+    {"name": "ops", "role": "admin", "models": ["*"], "secrets": [OPS]},
+]}
+
+
+@pytest.fixture(scope="module")
+def gated_gateway():
+    """The same app behind the gateway's key gate (serving.auth), as the gateway mounts this router."""
+    import yaml
+
+    from serving.auth import Gate, GateMiddleware
+    from serving.config import AuthSpec
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TEST_EPISODE_KEYS", yaml.safe_dump(EPISODE_KEYS))
+        app = create_app()
+        app.include_router(router)
+        app.add_middleware(GateMiddleware, gate=Gate(AuthSpec(keys_env="TEST_EPISODE_KEYS")))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        while not server.started:
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _post_episode(url: str, key: str, model: str, seed: int = 3) -> httpx.Response:
+    return httpx.post(f"{url}/v1/episodes", json={"model": model, "seed": seed}, timeout=120,
+                      headers={"Authorization": f"Bearer {key}"})
+
+
+@pytest.mark.parametrize(("key", "message", "plain_refused"), [
+    (ONE_SLOT, "Rate limit reached for key 'one-slot' on concurrent requests: limit 1. Please try again in 1s.", True),
+    (CAPPED, "Rate limit reached for key 'capped' on server-side episodes: limit 1. Please try again in 1s.", False),
+])
+def test_an_episode_holds_its_key_slot_for_its_life_and_plays_within_it(gated_gateway, key, message, plain_refused):
+    """The episode's own model calls (in-process, through the gate with the caller's key) run in
+    the slot it holds: with one slot it still plays to the goal, while a second episode and (with
+    no slot left) a plain call of the key are refused with 429 and Retry-After."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ops = {"Authorization": f"Bearer {OPS}"}
+    httpx.post(f"{gated_gateway}/stats/reset", headers=ops)
+    with ThreadPoolExecutor(1) as pool:
+        playing = pool.submit(_post_episode, gated_gateway, key, "bfs?delay=0.3")
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{gated_gateway}/stats", headers=ops).json()["requests"] == 0:  # its first call is made
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        refused = _post_episode(gated_gateway, key, "bfs")
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+        assert refused.json() == {"error": {"message": message, "type": "requests", "code": "rate_limit_exceeded"}}
+        plain = httpx.post(f"{gated_gateway}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                           json={"model": "bfs", "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+        assert (plain.status_code == 429) is plain_refused
+        done = playing.result(timeout=120)
+    assert done.status_code == 200, done.text
+    assert done.json()["success"] and done.json()["stop_reason"] == "goal"  # none of its calls refused
+    again = _post_episode(gated_gateway, key, "bfs")  # the slot was given back
+    assert again.status_code == 200 and again.json()["success"]

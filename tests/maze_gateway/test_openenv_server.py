@@ -103,6 +103,12 @@ def test_http_routes(server):
     bad = httpx.post(f"{server}/reset", json={"seed": 0, "variant": "maze_3d"})
     assert bad.status_code == 422 and "unknown variant 'maze_3d'" in bad.json()["detail"]
     assert httpx.post(f"{server}/reset", json={"seed": -3}).status_code == 422
+    # Reset fields of the wrong type are the caller's error (422 naming the field), never a 500.
+    for field, value, says in [("variant", ["maze_2d/easy"], "unknown variant"), ("variant", 3, "unknown variant"),
+                               ("variant", {"id": "maze_2d/easy"}, "unknown variant"), ("episode_id", 7, "episode_id")]:
+        wrong = httpx.post(f"{server}/reset", json={"seed": 0, field: value})
+        assert wrong.status_code == 422, (field, value, wrong.text)
+        assert says in str(wrong.json()["detail"]), wrong.text
     step = httpx.post(f"{server}/step", json={"action": {"action": "('move', 0)"}})
     assert step.status_code == 409 and "WebSocket session" in step.json()["detail"]
     assert httpx.post(f"{server}/step", json={"action": {"act": 1}}).status_code == 422

@@ -41,7 +41,9 @@ def test_initial_replicas_within_bounds():
 
 
 def test_manifest_offers_the_resources_on_the_pods():
-    spec = render_rayservice(cluster_cfg())["spec"]["rayClusterConfig"]
+    cfg = cluster_cfg()
+    cfg = cfg.model_copy(update={"auth": cfg.auth.model_copy(update={"open": True})})  # render refuses auth off
+    spec = render_rayservice(cfg)["spec"]["rayClusterConfig"]
     worker = spec["workerGroupSpecs"][0]["rayStartParams"]["resources"]
     head = spec["headGroupSpec"]["rayStartParams"]["resources"]
     assert json.loads(json.loads(worker)) == {"maze_replica": 1} and json.loads(json.loads(head)) == {"maze_head": 1}

@@ -93,3 +93,100 @@ def test_bad_configs_are_clear_errors(patch, match):
     data.update(patch)
     with pytest.raises(ValueError, match=match):
         ServingConfig.model_validate(data)
+
+
+def _embedded(**changes) -> dict:
+    data = ServingConfig.shipped("embedded").model_dump(mode="json")
+    data.update(changes)
+    return data
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "gateway.internal"])
+def test_auth_off_on_a_network_address_is_refused(host):
+    with pytest.raises(ValueError) as caught:
+        ServingConfig.model_validate(_embedded(host=host))
+    message = str(caught.value)
+    assert f"auth is off and host is {host!r}" in message
+    assert "push, promote and delete adapters" in message
+    assert "auth.keys_file" in message and "host: 127.0.0.1" in message and "auth: {open: true}" in message
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_auth_off_on_loopback_starts(host):
+    assert ServingConfig.model_validate(_embedded(host=host)).host == host
+
+
+def test_auth_open_on_purpose_or_keys_start_on_any_address():
+    assert ServingConfig.model_validate(_embedded(host="0.0.0.0", auth={"open": True})).auth.open
+    assert ServingConfig.model_validate(_embedded(host="0.0.0.0", auth={"keys_env": "K"})).auth.enabled
+    with pytest.raises(ValueError, match="auth.open: true declares a gateway without keys"):
+        ServingConfig.model_validate(_embedded(auth={"open": True, "keys_file": "/k.yaml"}))
+
+
+def _limited(layout: str, replicas: dict, store: str = "memory") -> dict:
+    data = _embedded(layout=layout, ingress="proxy", replicas=replicas,
+                     auth={"keys_env": "K", "store": {"kind": store}})
+    return data
+
+
+@pytest.mark.parametrize("layout, replicas", [
+    ("standard", {"min_replicas": 1, "max_replicas": 1, "ingress_replicas": 2}),
+    ("standard", {"min_replicas": 1, "max_replicas": 3}),  # ingress autoscaling
+    ("colocated", {"min_replicas": 2, "max_replicas": 2}),
+    ("colocated", {"min_replicas": 1, "max_replicas": 2}),
+])
+def test_memory_limit_store_with_several_ingress_replicas_is_refused(layout, replicas):
+    with pytest.raises(ValueError) as caught:
+        ServingConfig.model_validate(_limited(layout, replicas))
+    message = str(caught.value)
+    assert "auth.store.kind 'memory'" in message and "once per replica" in message
+    assert "auth.store: {kind: redis}" in message and "replicas.ingress_replicas: 1" in message
+    assert ServingConfig.model_validate(_limited(layout, replicas, store="redis")).several_ingress_replicas
+
+
+@pytest.mark.parametrize("layout, replicas", [
+    ("standard", {"min_replicas": 1, "max_replicas": 3, "ingress_replicas": 1}),
+    ("standard", {"min_replicas": 2, "max_replicas": 2}),
+    ("colocated", {"min_replicas": 1, "max_replicas": 1}),
+])
+def test_memory_limit_store_with_one_ingress_replica_starts(layout, replicas):
+    assert not ServingConfig.model_validate(_limited(layout, replicas)).several_ingress_replicas
+
+
+def test_memory_store_without_keys_is_no_limit_and_starts():
+    data = _embedded(layout="standard", ingress="proxy", replicas={"min_replicas": 1, "max_replicas": 3})
+    assert not ServingConfig.model_validate(data).auth.enabled
+
+
+def test_shipped_configs_pass_the_safety_rules():
+    for name in ("embedded", "production", "cluster"):
+        ServingConfig.shipped(name)  # a refusal would raise here
+
+
+def test_render_refuses_a_config_without_auth():
+    data = ServingConfig.shipped("production").model_dump(mode="json")
+    data["auth"] = {}
+    data["host"] = "127.0.0.1"  # loopback in the config does not help: the RayService binds 0.0.0.0
+    with pytest.raises(ValueError) as caught:
+        render_rayservice(ServingConfig.model_validate(data))
+    message = str(caught.value)
+    assert "has auth off" in message and "listens on 0.0.0.0" in message
+    assert "auth.keys_file" in message and "auth: {open: true}" in message
+    data["auth"] = {"open": True}
+    manifest = render_rayservice(ServingConfig.model_validate(data))
+    serve = yaml.safe_load(manifest["spec"]["serveConfigV2"])
+    assert serve["applications"][0]["args"]["config"]["auth"]["open"] is True
+
+
+def test_maze_serve_render_refuses_with_a_clear_error(tmp_path):
+    from click.testing import CliRunner
+
+    from serving.cli import main
+
+    data = ServingConfig.shipped("production").model_dump(mode="json")
+    data["auth"], data["host"] = {}, "127.0.0.1"
+    path = tmp_path / "open.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(main, ["-c", str(path), "render"])
+    assert result.exit_code == 2, result.output
+    assert "has auth off" in result.output and "Traceback" not in result.output

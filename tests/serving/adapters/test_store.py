@@ -24,8 +24,9 @@ def test_push_resolve_list_remove(store, tmp_path):
     assert [r.name for r in store.list()] == ["maze-grpo"]
     assert store.push(a, "maze-grpo") == ref  # identical files: no-op, no error
     store.remove("maze-grpo")
-    with pytest.raises(AdapterNotFound, match="maze-grpo"):
+    with pytest.raises(AdapterNotFound, match="maze-grpo") as missing:
         store.resolve("maze-grpo")
+    assert str(missing.value) == "adapter 'maze-grpo' not found"  # clients read it: no s3:// location
     assert store.list() == [] and "Contents" not in store.client.list_objects_v2(Bucket=store.bucket)
 
 
@@ -103,6 +104,15 @@ def test_page_names(s3_server, tmp_path):
     assert store.page_names(None, 2) == (["a1", "a2"], True)
     assert store.page_names("a2", 2) == (["a3"], False)
     assert store.page_names(None, 10) == (["a1", "a2", "a3"], False)
+    assert store.page_names(None, None) == (["a1", "a2", "a3"], False)
+    # Paging what a caller may see: has_more only when an accepted name follows, and `after` any
+    # name, accepted, refused or missing, starts where it sorts.
+    keep = lambda name: name != "a2"  # noqa: E731
+    assert store.page_names(None, 1, keep) == (["a1"], True)
+    assert store.page_names("a1", 1, keep) == (["a3"], False)
+    assert store.page_names("a2", 1, keep) == store.page_names("a2x", 1, keep) == (["a3"], False)
+    assert store.page_names("a3", 1, keep) == ([], False)
+    assert store.page_names(None, None, lambda name: False) == ([], False)
     # `after` becomes part of an S3 key: anything but an adapter name is refused before S3 sees it
     for bad in ("\x00", "../a1", "a" * 65, "é"):
         with pytest.raises(BadAdapterName):

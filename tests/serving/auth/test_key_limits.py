@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from serving.auth.key_limits import LocalLimiter, RedisLimiter, duration_text
+from serving.auth.key_limits import DEFAULT_EPISODES, LocalLimiter, RedisLimiter, duration_text, episode_cap
 from serving.config import AuthSpec, KeyLimitsSpec, RateStoreSpec
 from serving.errors import LimitStoreUnavailable
 from tests.support.redis_server import RedisServer, available
@@ -187,6 +187,159 @@ def test_redis_down_fails_open_to_this_replica_or_closed(tmp_path, monkeypatch):
             d = await open_.admit("k2", limits, "g")
             assert d.admitted and not d.local
             assert (await closed.admit("k2", limits, "h")).admitted
+
+        run(scenario())
+    finally:
+        server.stop()
+
+
+# -- server-side episodes ---------------------------------------------------------------------------
+@pytest.mark.parametrize(("limits", "cap"), [({"episodes": 3, "concurrent": 9}, 3), ({"concurrent": 2}, None),
+                                             ({"requests": 5}, DEFAULT_EPISODES), ({"tokens": 50}, DEFAULT_EPISODES),
+                                             ({}, None)])
+def test_episode_cap_is_its_own_or_the_concurrency_or_a_default(limits, cap):
+    assert episode_cap(KeyLimitsSpec(**limits)) == cap
+
+
+def test_an_episode_holds_a_slot_and_its_calls_run_within_it():
+    clock = Clock()
+    lim, limits = LocalLimiter(60, 900, clock), KeyLimitsSpec(concurrent=2, requests=10)
+    episode = run(lim.admit("k", limits, "e1", episode=True))
+    assert episode.admitted and headers(episode)["x-ratelimit-remaining-requests"] == "10"  # no request counted
+    calls = [run(lim.admit("k", limits, f"c{i}", within="e1")) for i in range(3)]  # its calls: no slot of their own
+    assert all(c.admitted for c in calls) and calls[-1].remaining_requests == 7
+    assert run(lim.admit("k", limits, "r1")).admitted  # the second slot
+    refused = run(lim.admit("k", limits, "e2", episode=True))
+    assert not refused.admitted and refused.refused == "concurrent" and headers(refused)["retry-after"] == "1"
+    assert not run(lim.admit("k", limits, "r2")).admitted  # the episode's slot counts for plain requests too
+    run(lim.finish("k", limits, "e1", 0))
+    assert run(lim.admit("k", limits, "e2", episode=True)).admitted
+
+
+def test_episodes_over_the_cap_are_refused_and_their_calls_meet_the_request_limit():
+    clock = Clock()
+    lim, limits = LocalLimiter(60, 900, clock), KeyLimitsSpec(requests=2)  # the default cap: 8 episodes
+    assert all(run(lim.admit("k", limits, f"e{i}", episode=True)).admitted for i in range(DEFAULT_EPISODES))
+    refused = run(lim.admit("k", limits, "e9", episode=True))
+    assert not refused.admitted and refused.refused == "episodes"
+    assert refused.message("team-a", 60) == ("Rate limit reached for key 'team-a' on server-side episodes: limit 8. "
+                                             "Please try again in 1s.")
+    assert [run(lim.admit("k", limits, f"c{i}", within="e0")).admitted for i in range(3)] == [True, True, False]
+    run(lim.finish("k", limits, "e0", 0))
+    assert run(lim.admit("k", limits, "e9", episode=True)).admitted
+
+
+def test_an_episode_keeps_its_slot_past_the_lease_while_it_calls():
+    clock = Clock()
+    lim, limits = LocalLimiter(60, 100, clock), KeyLimitsSpec(concurrent=1)
+    assert run(lim.admit("k", limits, "e1", episode=True)).admitted
+    for _ in range(3):  # a call every 90 s: each renews the 100 s lease
+        clock.t += 90
+        assert run(lim.admit("k", limits, uuid.uuid4().hex, within="e1")).admitted
+        assert not run(lim.admit("k", limits, "other")).admitted
+    clock.t += 101  # no call for longer than the lease (its replica died): the slot is free
+    assert run(lim.admit("k", limits, "other")).admitted
+
+
+def test_redis_episodes_hold_slots_across_replicas(redis_server, monkeypatch):
+    monkeypatch.setenv("TEST_REDIS_URL", redis_server.url)
+    s, limits = spec(60.0), KeyLimitsSpec(concurrent=2, episodes=1, requests=50)
+
+    async def scenario():
+        one, two = RedisLimiter(s), RedisLimiter(s)
+        assert (await one.admit("e", limits, "e1", episode=True)).admitted
+        refused = await two.admit("e", limits, "e2", episode=True)
+        assert not refused.admitted and refused.refused == "episodes" and refused.retry_after_s == 1.0
+        call = await two.admit("e", limits, "c1", within="e1")  # its calls, on any replica: no slot taken
+        assert call.admitted and call.remaining_requests == 49
+        assert (await one.admit("e", limits, "r1")).admitted  # the second slot
+        assert (await two.admit("e", limits, "r2")).refused == "concurrent"
+        await two.finish("e", limits, "e1", 0)
+        assert (await one.admit("e", limits, "e2", episode=True)).admitted
+
+    run(scenario())
+
+
+# -- Redis outages ------------------------------------------------------------------------------------
+def count_calls(limiter) -> list:
+    """The Redis calls ``limiter`` (and the usage counters on it) make: each borrows a pool connection."""
+    calls, pool = [], limiter.client().connection_pool
+    get = pool.get_connection
+
+    async def counted(*args, **kwargs):
+        calls.append(1)
+        return await get(*args, **kwargs)
+
+    pool.get_connection = counted
+    return calls
+
+
+def test_redis_down_usage_reads_refuse_and_writes_share_the_back_off(tmp_path, monkeypatch):
+    """While Redis is known down nothing calls it: admissions decide here, usage is kept here, a usage
+    read is refused (503: a total without Redis would miss the other replicas'); it recovers alone."""
+    if not available():
+        pytest.skip("redis-server is not installed")
+    from serving.auth.usage import RedisUsage
+
+    server = RedisServer(tmp_path).start()
+    monkeypatch.setenv("TEST_REDIS_URL", server.url)
+    s, limits = spec(60, "open"), KeyLimitsSpec(requests=100)
+    try:
+        async def scenario():
+            limiter = RedisLimiter(s)
+            usage, calls = RedisUsage(s, limiter), count_calls(limiter)
+            await usage.add("k", "m", {"requests": 1})
+            assert (await usage.totals(60))[0]["requests"] == 1 and len(calls) == 2
+            await limiter.client().save()  # the restarted server comes back with this count
+            server.stop()
+            await usage.add("k", "m", {"requests": 1})  # fails once: the back-off starts for every part
+            assert len(calls) == 4 and 0 < limiter.down_for_s() <= 1
+            for i in range(5):
+                d = await limiter.admit("k", limits, f"r{i}")
+                assert d.admitted and d.local
+                await limiter.finish("k", limits, f"r{i}", 0, d)
+                await usage.add("k", "m", {"requests": 1})
+                with pytest.raises(LimitStoreUnavailable, match="cannot be reached; try again shortly"):
+                    await usage.totals(60)
+            assert len(calls) == 4  # 20 reads and writes while known down: no call
+            server.start()
+            await asyncio.sleep(limiter.down_for_s() + 0.05)
+            rows = await usage.totals(60)  # back by itself: Redis's count plus what this replica kept
+            assert rows == [{"key": "k", "model": "m", "requests": 7, "errors": 0, "prompt_tokens": 0,
+                             "completion_tokens": 0}]
+            assert not (await limiter.admit("k", limits, "x")).local
+
+        run(scenario())
+    finally:
+        server.stop()
+
+
+def test_redis_ends_missed_while_down_are_sent_when_it_returns(tmp_path, monkeypatch):
+    """A request Redis admitted that ends while it is down frees its slot and charges its tokens
+    once Redis answers again, without a call while it is known down."""
+    if not available():
+        pytest.skip("redis-server is not installed")
+    server = RedisServer(tmp_path).start()
+    monkeypatch.setenv("TEST_REDIS_URL", server.url)
+    s, limits = spec(60, "open"), KeyLimitsSpec(concurrent=1, tokens=100)
+    try:
+        async def scenario():
+            limiter = RedisLimiter(s)
+            calls = count_calls(limiter)
+            held = await limiter.admit("k", limits, "held")
+            assert held.admitted and not held.local
+            await limiter.client().save()  # the restarted server comes back with its counters (the slot)
+            server.stop()
+            assert (await limiter.admit("k", limits, "probe")).local  # the failed call starts the back-off
+            n = len(calls)
+            await limiter.finish("k", limits, "held", 70, held)  # known down: kept, not sent
+            assert len(calls) == n
+            server.start()
+            await asyncio.sleep(limiter.down_for_s() + 0.05)
+            d = await limiter.admit("k", limits, "next")  # the kept end is sent after this decision
+            assert not d.local and not d.admitted and d.refused == "concurrent"
+            d = await limiter.admit("k", limits, "next")
+            assert d.admitted and d.remaining_tokens == 30  # the slot freed, its 70 tokens charged
 
         run(scenario())
     finally:

@@ -1,15 +1,29 @@
-"""API keys: the key file, hashing, scopes and roles, reloading within the TTL (no Ray, no engine)."""
+"""API keys: the key file, hashing, scopes and roles, reloading within the TTL, revocation and the
+grace of a broken key source, errors that show no secret (no Ray, no engine)."""
 
 from __future__ import annotations
 
 import json
+import logging
 
+import httpx
 import pytest
 import yaml
 
-from serving.auth import CALLER, Caller, KeyRing, authorize_model, digest, parse_key_file, visible
+from serving.auth import (
+    CALLER,
+    Caller,
+    Gate,
+    GateMiddleware,
+    KeyRing,
+    KeySourceError,
+    authorize_model,
+    digest,
+    parse_key_file,
+    visible,
+)
 from serving.config import AuthSpec, ServingConfig
-from serving.errors import Forbidden, ModelAccessDenied
+from serving.errors import Forbidden, KeysUnavailable, ModelAccessDenied
 
 A, B, ADMIN = "sk-team-a-0123456789", "sk-team-b-0123456789", "sk-admin-0123456789ab"
 
@@ -18,7 +32,8 @@ def key_file(**overrides) -> dict:
     keys = [
         {"name": "team-a", "role": "inference", "models": ["maze-tiny", "maze-tiny:team-a-*"], "secrets": [A],
          "limits": {"requests": 60}},
-        {"name": "team-b", "role": "publisher", "models": ["maze-tiny:team-b-*"], "sha256": [digest(B)]},
+        {"name": "team-b", "role": "publisher", "models": ["maze-tiny:team-b-*"], "sha256": [digest(B)],
+         "min_secret_length": 20},
         {"name": "ops", "role": "admin", "models": ["*"], "secrets": [ADMIN]},
     ]
     return {"keys": keys, **overrides}
@@ -41,9 +56,12 @@ def test_key_file_is_held_as_digests_only():
 
 
 @pytest.mark.parametrize(("patch", "match"), [
-    ({"keys": [{"name": "x", "models": ["*"]}]}, "no secret"),
     ({"keys": [{"name": "x", "models": ["*"], "secrets": ["short"]}]}, "at least 16"),
-    ({"keys": [{"name": "x", "models": ["*"], "sha256": ["abc"]}]}, "64 lowercase hex"),
+    ({"keys": [{"name": "x", "models": ["*"], "sha256": ["abc"], "min_secret_length": 32}]}, "64 lowercase hex"),
+    ({"keys": [{"name": "x", "models": ["*"], "sha256": [digest(A)]}]}, "need `min_secret_length`"),
+    ({"keys": [{"name": "x", "models": ["*"], "sha256": [digest(A)], "min_secret_length": 8}]},
+     "min_secret_length must be at least 16"),
+    ({"keys": [{"name": "x", "models": ["*"], "secrets": [A], "min_secret_length": 32}]}, "at least 32 characters"),
     ({"keys": [{"name": "x", "models": [], "secrets": [A]}]}, "at least 1"),
     ({"keys": [{"name": "x", "role": "root", "models": ["*"], "secrets": [A]}]}, "inference"),
     ({"keys": [{"name": "x", "models": ["*"], "secrets": [A], "rpm": 3}]}, "Extra inputs"),
@@ -86,33 +104,205 @@ def test_flat_api_keys_are_admins_over_everything(monkeypatch):
     assert ring.lookup("k3") is None and ring.lookup(None) is None and ring.lookup("") is None
 
 
-def test_keys_reload_within_the_ttl_and_a_bad_edit_keeps_the_last_good_set(tmp_path):
+def test_keys_reload_within_the_ttl(tmp_path):
     path, clock = tmp_path / "keys.yaml", Clock()
     path.write_text(yaml.safe_dump(key_file()))
     ring = KeyRing(AuthSpec(keys_file=str(path), reload_s=30), clock=clock)
     assert ring.lookup(A).name == "team-a"
     revoked = key_file()
-    revoked["keys"] = revoked["keys"][1:]  # team-a revoked
+    revoked["keys"] = revoked["keys"][1:]  # team-a's entry removed
     path.write_text(yaml.safe_dump(revoked))
     clock.t += 29
     assert ring.lookup(A) is not None  # within the TTL the loaded set answers
     clock.t += 2
     assert ring.lookup(A) is None and ring.lookup(B).name == "team-b"
-    path.write_text("keys: [{name: broken")  # a bad edit
+
+
+def test_a_key_without_secrets_or_disabled_is_refused_and_the_rest_still_load(tmp_path):
+    path, clock = tmp_path / "keys.yaml", Clock()
+    rotating = key_file()
+    rotating["keys"][0]["secrets"] = [A, A + "-next"]  # rotation: both secrets answer
+    path.write_text(yaml.safe_dump(rotating))
+    ring = KeyRing(AuthSpec(keys_file=str(path), reload_s=30), clock=clock)
+    assert ring.lookup(A).name == "team-a" and ring.lookup(A + "-next").name == "team-a"
+    rotating["keys"][0]["secrets"] = [A + "-next"]  # the old secret retired
+    path.write_text(yaml.safe_dump(rotating))
     clock.t += 31
-    assert ring.lookup(B).name == "team-b"  # kept
-    path.unlink()
+    assert ring.lookup(A) is None and ring.lookup(A + "-next").name == "team-a"
+    rotating["keys"][0]["secrets"] = []  # the last secret removed: team-a revoked, nothing else
+    rotating["keys"][2]["disabled"] = True  # ops disabled, its secret still in the file
+    path.write_text(yaml.safe_dump(rotating))
     clock.t += 31
+    assert ring.lookup(A + "-next") is None and ring.lookup(ADMIN) is None
     assert ring.lookup(B).name == "team-b"
+    assert parse_key_file(yaml.safe_dump({"keys": []})) == {}  # an explicit empty list revokes every key
 
 
-def test_keys_env_and_flat_keys_together(monkeypatch):
+def test_digest_entries_declare_their_tokens_length():
+    entry = {"name": "x", "models": ["*"], "sha256": [digest(A)], "min_secret_length": 20}
+    assert parse_key_file(json.dumps({"keys": [entry]}))[digest(A)].name == "x"
+    with pytest.raises(KeySourceError, match=r"keys\[0\] \('x'\): .*`sha256` digests need `min_secret_length`"):
+        parse_key_file(json.dumps({"keys": [{**entry, "min_secret_length": None}]}))
+
+
+class Counted:
+    """Stands in for serving.metrics.metric: the key source errors counted, by reason."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def __call__(self, name: str):
+        assert name == "key_source_errors"
+        return self
+
+    def inc(self, tags: dict) -> None:
+        self.reasons.append(tags["reason"])
+
+
+@pytest.fixture
+def counted(monkeypatch) -> Counted:
+    counter = Counted()
+    monkeypatch.setattr("serving.auth.keys.metric", counter)
+    return counter
+
+
+@pytest.mark.parametrize(("edit", "reason"), [
+    (lambda p: p.write_text("keys: [{name: broken"), "yaml"),
+    (lambda p: p.write_text(json.dumps({"keys": [{"name": "x", "models": "*", "secrets": A}]})), "invalid"),
+    (lambda p: p.write_text(""), "empty"),
+    (lambda p: p.unlink(), "missing"),
+], ids=["yaml", "invalid", "empty", "missing"])
+def test_a_broken_key_file_keeps_the_last_keys_for_the_grace_then_refuses(tmp_path, counted, caplog, edit, reason):
+    path, clock = tmp_path / "keys.yaml", Clock()
+    path.write_text(yaml.safe_dump(key_file()))
+    ring = KeyRing(AuthSpec(keys_file=str(path), reload_s=30, keys_grace_s=120), clock=clock)
+    assert ring.lookup(B).name == "team-b"
+    edit(path)
+    clock.t += 30
+    caplog.set_level(logging.ERROR, logger="serving.auth.keys")
+    assert ring.lookup(B).name == "team-b" and ring.lookup("sk-unknown-0123456789") is None  # kept: the grace
+    assert counted.reasons == [reason] and "kept 120s more (auth.keys_grace_s)" in caplog.text
+    clock.t += 119
+    assert ring.lookup(B).name == "team-b"
+    clock.t += 1  # 120 s after the first failed read: refused, as a fault of the gateway
+    with pytest.raises(KeysUnavailable, match="cannot read its API keys") as info:
+        ring.lookup(B)
+    assert info.value.status_code == 503 and info.value.code == "api_keys_unavailable"
+    with pytest.raises(KeysUnavailable):
+        ring.lookup("sk-unknown-0123456789")
+    assert ring.lookup(None) is None  # no key at all stays a 401
+    assert counted.reasons == [reason] * 3 and "past auth.keys_grace_s" in caplog.text
+    path.write_text(yaml.safe_dump(key_file()))  # fixed: read again at the next reload
+    clock.t += 30
+    assert ring.lookup(B).name == "team-b" and ring.lookup("sk-unknown-0123456789") is None
+
+
+def test_a_key_source_that_never_loaded_refuses_at_once(tmp_path, monkeypatch, counted):
+    path = tmp_path / "keys.yaml"
+    path.write_text("keys: [{name: broken")
+    with pytest.raises(KeysUnavailable):
+        KeyRing(AuthSpec(keys_file=str(path))).lookup(A)
+    monkeypatch.delenv("KEYS_YAML", raising=False)
+    with pytest.raises(KeysUnavailable):
+        KeyRing(AuthSpec(keys_env="KEYS_YAML")).lookup(B)  # unset
+    assert counted.reasons == ["yaml", "missing"]
+
+
+def test_keys_env_and_flat_keys_together(monkeypatch, counted):
     monkeypatch.setenv("KEYS_YAML", yaml.safe_dump(key_file()))
     monkeypatch.setenv("FLAT", "sk-flat-key")
-    ring = KeyRing(AuthSpec(keys_env="KEYS_YAML", api_keys_env="FLAT"))
+    clock = Clock()
+    ring = KeyRing(AuthSpec(keys_env="KEYS_YAML", api_keys_env="FLAT", keys_grace_s=0), clock=clock)
     assert ring.lookup(B).name == "team-b" and ring.lookup("sk-flat-key").role == "admin"
-    monkeypatch.delenv("KEYS_YAML")
-    assert KeyRing(AuthSpec(keys_env="KEYS_YAML")).lookup(B) is None  # unset: nothing loads, every key is 401
+    monkeypatch.setenv("KEYS_YAML", "")  # emptied, no grace: its keys refused; the flat keys still answer
+    clock.t += 31
+    assert ring.lookup("sk-flat-key").role == "admin"
+    with pytest.raises(KeysUnavailable):
+        ring.lookup(B)
+    assert counted.reasons == ["empty"]
+
+
+# Bad edits with a token in them: a syntax error after it, in a wrong type, in a wrong field, as a
+# field's name, as a name (the entry broken), beside a name that is part of it, in a clash, as an
+# alias, as the whole file, after a tab.
+TOKEN = "sk-pasted-zq7Xv93KLm0pWt4e"
+LEAKY_EDITS = [
+    f"keys:\n  - name: team-a\n    models: ['*']\n    secrets: [{TOKEN}\n",
+    json.dumps({"keys": [{"name": "team-a", "models": ["*"], "secrets": TOKEN}]}),
+    json.dumps({"keys": [{"name": "team-a", "models": ["*"], "secrets": [{"value": TOKEN}]}]}),
+    json.dumps({"keys": [{"name": "team-a", "models": ["*"], "sha256": [TOKEN], "min_secret_length": 26}]}),
+    json.dumps({"keys": [{"name": "team-a", "models": ["*"], TOKEN: True}]}),
+    json.dumps({"keys": [{"name": TOKEN, "models": ["*"], "role": "root"}]}),
+    json.dumps({"keys": [{"name": "pasted-zq7Xv93K", "models": ["*"], "secrets": [TOKEN], "limits": "x"}]}),
+    json.dumps({"keys": [{"name": "x", "models": ["*"], "secrets": [TOKEN]},
+                         {"name": "y", "models": ["*"], "secrets": [TOKEN]}]}),
+    f"keys: *{TOKEN}\n",
+    TOKEN,
+    f"keys:\n\t- {TOKEN}\n",
+]
+
+
+def shows_token(text: str) -> bool:
+    return any(TOKEN[i:i + 8] in text for i in range(len(TOKEN) - 7))
+
+
+@pytest.mark.parametrize("edit", LEAKY_EDITS)
+def test_key_file_errors_show_no_secret(tmp_path, edit, caplog, counted):
+    with pytest.raises(KeySourceError) as info:
+        parse_key_file(edit)
+    message = str(info.value)
+    assert not shows_token(message), message
+    assert info.value.__context__ is None and info.value.__cause__ is None  # YAML's or pydantic's text not chained
+    path = tmp_path / "keys.yaml"
+    path.write_text(yaml.safe_dump(key_file()))
+    ring = KeyRing(AuthSpec(keys_file=str(path), reload_s=0), clock=Clock())
+    ring.lookup(A)
+    path.write_text(edit)
+    caplog.set_level(logging.DEBUG)
+    ring.lookup(A)
+    assert caplog.records and not any(shows_token(r.getMessage()) or r.exc_info for r in caplog.records)
+
+
+def test_key_file_errors_name_the_entry_and_the_field():
+    def error(edit: str) -> str:
+        with pytest.raises(KeySourceError) as info:
+            parse_key_file(edit)
+        return str(info.value)
+
+    assert error(LEAKY_EDITS[0]) == "not valid YAML at line 5, column 1"
+    assert error(LEAKY_EDITS[3]).startswith("not a valid key file: keys[0] ('team-a').sha256: Value error, sha256 "
+                                            "entries must be 64 lowercase hex digits")
+    assert error(LEAKY_EDITS[4]) == "not a valid key file: keys[0] ('team-a').<unknown field>: Extra inputs are not " \
+                                    "permitted"
+    # A name that may be (part of) a token is left out; the entry is named by its index.
+    assert error(LEAKY_EDITS[5]) == ("not a valid key file: keys[0].role: Input should be 'inference', 'publisher' "
+                                     "or 'admin'")
+    assert error(LEAKY_EDITS[6]) == "not a valid key file: keys[0].limits: Input should be a valid dictionary or " \
+                                    "instance of KeyLimitsSpec"
+    assert error(LEAKY_EDITS[7]) == "keys[0] ('x') and keys[1] ('y') share a secret"
+
+
+async def test_the_gateway_answers_503_once_the_keys_are_refused(tmp_path, counted):
+    from serving.ingress import GatewayMiddleware
+
+    path = tmp_path / "keys.yaml"
+    path.write_text(yaml.safe_dump(key_file()))
+
+    async def ok(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    gate = Gate(AuthSpec(keys_file=str(path), reload_s=0, keys_grace_s=0))
+    app = GatewayMiddleware(GateMiddleware(ok, gate=gate), max_body_bytes=4096)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
+        assert (await client.get("/v1/models", headers={"Authorization": f"Bearer {A}"})).status_code == 200
+        path.unlink()
+        resp = await client.get("/v1/models", headers={"Authorization": f"Bearer {A}"})
+        assert resp.status_code == 503, resp.text
+        assert resp.json() == {"error": {"message": "the gateway cannot read its API keys; requests are refused until "
+                                                    "its operators restore them",
+                                         "type": "service_unavailable", "code": "api_keys_unavailable"}}
+        assert (await client.get("/v1/models")).status_code == 401
 
 
 def test_model_checks_follow_the_caller():

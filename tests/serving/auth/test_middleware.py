@@ -5,19 +5,24 @@ tests/serving/stack/test_tenants.py runs the same keys against the real stack.""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import uuid
 
 import httpx
 import pytest
 import yaml
+from fastapi import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
 from serving.auth import CALLER
 from serving.cli.gateway_client import GatewayAdapters
 from serving.config import ServingConfig
 from serving.ingress import create_app
+from tests.serving.auth.test_key_limits import count_calls
 from tests.support.adapter_store import make_adapter
+from tests.support.redis_server import RedisServer, available
 
 A, B, ADMIN, LIMITED = "sk-team-a-0123456789", "sk-team-b-0123456789", "sk-admin-0123456789ab", "sk-limited-0123456789"
 KEYS = {"keys": [
@@ -38,8 +43,12 @@ def stand_in_routes(app) -> None:
                              "usage": USAGE})
 
     @app.post("/v1/completions")
-    async def stream():
-        CALLER.get().strip_usage = True  # what the ingress does when it asked for the stream's usage
+    async def stream(request: Request):
+        endless = request.headers.get("x-stand-in")  # a stream that goes on until the client leaves
+        CALLER.get().strip_usage = endless != "endless-plain"  # the ingress asked for its usage
+        if endless:
+            return StreamingResponse(endless_chunks(usage_per_chunk=endless == "endless"),
+                                     media_type="text/event-stream")
 
         async def chunks():
             yield 'data: {"choices":[{"index":0,"text":"a"}]}\n\n'
@@ -47,13 +56,43 @@ def stand_in_routes(app) -> None:
             yield f'data: {{"choices":[],"usage":{json.dumps(USAGE)}}}\n\ndata: [DONE]\n\n'
         return StreamingResponse(chunks(), media_type="text/event-stream")
 
+    app.state.release_episodes, app.state.episodes_playing = asyncio.Event(), 0
+
+    @app.post("/v1/episodes")
+    async def episode(request: Request):
+        # As evaluation.api plays one: its model calls through the same app, in-process, with the
+        # caller's key, while the episode's own request is in flight.
+        auth = {"Authorization": request.headers["authorization"]}
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=request.app), base_url="http://gateway.internal",
+                                     headers=auth) as own:
+            first = await own.post("/v1/chat/completions", json={})
+            request.app.state.episodes_playing += 1
+            await request.app.state.release_episodes.wait()
+            last = await own.post("/v1/chat/completions", json={})
+        return {"calls": [first.status_code, last.status_code]}
+
+
+async def endless_chunks(usage_per_chunk: bool):
+    """A completion stream that never ends; with ``usage_per_chunk``, vLLM's continuous usage stats."""
+    for n in itertools.count(1):
+        usage = (f',"usage":{{"prompt_tokens":30,"total_tokens":{30 + n},"completion_tokens":{n},'
+                 f'"prompt_tokens_details":null}}') if usage_per_chunk else ""
+        yield f'data: {{"id":"x","object":"text_completion","choices":[{{"index":0,"text":"t{n}"}}]{usage}}}\n\n'
+        await asyncio.sleep(0.2)
+
 
 @pytest.fixture
 def gateway(s3_server, monkeypatch):
+    return gateway_app(s3_server, monkeypatch)
+
+
+def gateway_app(s3_server, monkeypatch, **auth):
+    """A client factory for the gateway's app (``.app``) with the stand-in engine routes; ``auth``
+    adds to its AuthSpec (the keys are KEYS, from TEST_GATE_KEYS)."""
     monkeypatch.setenv("TEST_GATE_KEYS", yaml.safe_dump(KEYS))
     data = ServingConfig.shipped("embedded").model_dump(mode="json")
     data["adapters"] = {"prefix": f"s3://gate-{uuid.uuid4().hex[:8]}/lora", "endpoint_url": s3_server.url}
-    data["auth"] = {"keys_env": "TEST_GATE_KEYS"}
+    data["auth"] = {"keys_env": "TEST_GATE_KEYS", **auth}
     data["limits"]["max_body_bytes"] = 4096
     data["extensions"] = []
     cfg = ServingConfig.model_validate(data)
@@ -68,6 +107,7 @@ def gateway(s3_server, monkeypatch):
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return httpx.AsyncClient(transport=transport, base_url="http://gateway", headers=headers)
 
+    client.app = app
     return client
 
 
@@ -212,3 +252,152 @@ def test_placement_commands_refuse_the_gateway_path():
 
     r = CliRunner().invoke(serve_cli, ["adapters", "--gateway", "http://127.0.0.1:9/v1", "where"])
     assert r.exit_code == 2 and "no gateway route" in r.output
+
+
+def set_limits(monkeypatch, limits: dict) -> None:
+    """The limited key's limits (the key ring reads them on first use)."""
+    keys = json.loads(json.dumps(KEYS))
+    keys["keys"][3]["limits"] = limits
+    monkeypatch.setenv("TEST_GATE_KEYS", yaml.safe_dump(keys))
+
+
+async def wait_for(predicate, timeout_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize(("limits", "message", "plain_call"), [
+    ({"concurrent": 2, "requests": 50}, "Rate limit reached for key 'limited' on concurrent requests: limit 2. "
+                                        "Please try again in 1s.", 429),  # the episodes hold both slots
+    ({"episodes": 2, "concurrent": 8}, "Rate limit reached for key 'limited' on server-side episodes: limit 2. "
+                                       "Please try again in 1s.", 200),
+])
+async def test_episodes_hold_a_slot_for_their_life_and_their_calls_run_within_it(gateway, monkeypatch, limits,
+                                                                                message, plain_call):
+    set_limits(monkeypatch, limits)
+    state = gateway.app.state
+    async with gateway(LIMITED) as c:
+        playing = [asyncio.create_task(c.post("/v1/episodes", json={})) for _ in range(2)]
+        await wait_for(lambda: state.episodes_playing == 2)  # both admitted and past their first call
+        refused = await c.post("/v1/episodes", json={})
+        assert openai_error(refused, 429) == {"message": message, "type": "requests", "code": "rate_limit_exceeded"}
+        assert refused.headers["retry-after"] == "1"
+        assert (await c.post("/v1/chat/completions", json={})).status_code == plain_call
+        state.release_episodes.set()
+        for done in playing:  # every call of the two ran in its episode's slot: none refused
+            resp = await done
+            assert resp.status_code == 200 and resp.json() == {"calls": [200, 200]}
+        state.release_episodes = asyncio.Event()
+        again = asyncio.create_task(c.post("/v1/episodes", json={}))  # the slots were given back
+        await wait_for(lambda: state.episodes_playing == 3)
+        state.release_episodes.set()
+        assert (await again).status_code == 200
+
+
+def stream_scope(key: str, stand_in: str) -> dict:
+    headers = [(b"authorization", f"Bearer {key}".encode()), (b"content-type", b"application/json"),
+               (b"host", b"gateway"), (b"x-stand-in", stand_in.encode())]
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": "/v1/completions", "raw_path": b"/v1/completions", "root_path": "", "query_string": b"",
+            "headers": headers, "client": ("127.0.0.1", 5000), "server": ("gateway", 80)}
+
+
+async def cut_stream(app, stand_in: str, how: str, after: int) -> list[bytes]:
+    """Read ``after`` chunks of an endless stream, then leave: the server cancels the request (as
+    Ray Serve does when the client disconnects), the client's disconnect arrives (uvicorn), or the
+    next chunk cannot be sent. The chunks the client got."""
+    body = json.dumps({"model": "maze-tiny", "prompt": "x", "stream": True}).encode()
+    requested, gone, chunks = [False], asyncio.Event(), []
+
+    async def receive():
+        if not requested[0]:
+            requested[0] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await (gone.wait() if how == "disconnect" else asyncio.Event().wait())  # no disconnect but this one
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        if message["type"] == "http.response.body" and message.get("body"):
+            if how == "send fails" and len(chunks) == after:
+                raise OSError("the client's connection is gone")
+            chunks.append(message["body"])
+            if len(chunks) == after:
+                gone.set()
+
+    task = asyncio.create_task(app(stream_scope(LIMITED, stand_in), receive, send))
+    await asyncio.wait([task, asyncio.create_task(gone.wait())], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    assert gone.is_set(), (task, chunks)
+    if how == "cancelled":
+        task.cancel()
+    try:
+        await asyncio.wait_for(task, 10)
+    except (asyncio.CancelledError, Exception):  # noqa: BLE001 - how the request ended is the parameter
+        pass
+    return chunks
+
+
+@pytest.mark.parametrize("how", ["cancelled", "disconnect", "send fails"])
+@pytest.mark.parametrize(("stand_in", "prompt"), [("endless", 30), ("endless-plain", 0)])
+async def test_a_stream_cut_off_early_is_charged_what_it_used(gateway, how, stand_in, prompt):
+    """With usage in every chunk (what the gateway asks for) the cut-off stream is charged its prompt
+    and completion tokens so far; without (the client asked for usage at the end), a completion
+    token per chunk that carried output."""
+    chunks = await cut_stream(gateway.app, stand_in, how, after=3)
+    assert len(chunks) == 3 and b'"usage"' not in b"".join(chunks)  # the gateway's own request stays hidden
+    used = 4 if how == "send fails" else 3  # the chunk that could not be sent was made all the same
+    async with gateway(ADMIN) as admin:
+        (row,) = (await admin.get("/v1/usage", params={"key": "limited"})).json()["data"]
+    assert (row["requests"], row["prompt_tokens"], row["completion_tokens"]) == (1, prompt, used)
+    async with gateway(LIMITED) as c:
+        nxt = await c.post("/v1/chat/completions", json={})
+    assert nxt.headers["x-ratelimit-remaining-tokens"] == str(120 - prompt - used)
+
+
+# -- the shared store down ------------------------------------------------------------------------------
+@pytest.fixture
+def redis_server(tmp_path, monkeypatch):
+    if not available():
+        pytest.skip("redis-server is not installed (scripts/install_system_deps.sh installs Debian's)")
+    server = RedisServer(tmp_path).start()
+    monkeypatch.setenv("TEST_GATE_REDIS", server.url)
+    yield server
+    server.stop()
+
+
+def redis_gateway(s3_server, monkeypatch, on_error: str):
+    store = {"kind": "redis", "url_env": "TEST_GATE_REDIS", "on_error": on_error, "retry_after_error_s": 3,
+             "prefix": f"g{uuid.uuid4().hex[:6]}:"}
+    return gateway_app(s3_server, monkeypatch, store=store)
+
+
+async def test_redis_down_usage_is_503_with_retry_after_and_nothing_calls_it(redis_server, s3_server, monkeypatch):
+    opened, closed = (redis_gateway(s3_server, monkeypatch, e) for e in ("open", "closed"))
+    async with opened(ADMIN) as admin, opened(LIMITED) as limited, closed(LIMITED) as fails_closed:
+        assert (await limited.post("/v1/chat/completions", json={})).status_code == 200
+        assert (await admin.get("/v1/usage")).status_code == 200
+        redis_server.stop()
+        down = await admin.get("/v1/usage")
+        assert openai_error(down, 503) == {
+            "message": "usage is kept in the rate-limit store, which cannot be reached; try again shortly",
+            "type": "service_unavailable", "code": "limit_store_unavailable"}
+        assert down.headers["retry-after"] == "3"
+        calls = count_calls(opened.app.state.gate.limiter)
+        for _ in range(2):  # on_error open: admitted under this replica's counters, usage kept here
+            assert (await limited.post("/v1/chat/completions", json={})).status_code == 200
+            again = await admin.get("/v1/usage")
+            assert again.status_code == 503 and 1 <= int(again.headers["retry-after"]) <= 3
+        assert calls == []  # known down: neither the limits, the usage writes nor the reads called Redis
+        refused = await fails_closed.post("/v1/chat/completions", json={})
+        assert openai_error(refused, 503) == {
+            "message": "the rate-limit store cannot be reached; try again shortly", "type": "service_unavailable",
+            "code": "limit_store_unavailable"}
+        assert refused.headers["retry-after"] == "3"
+        redis_server.start()
+        await asyncio.sleep(opened.app.state.gate.limiter.down_for_s() + 0.05)
+        back = await admin.get("/v1/usage", params={"key": "limited"})
+    assert back.status_code == 200 and len(calls) == 2  # back by itself: this read, then its usage write
+    (row,) = back.json()["data"]
+    assert (row["requests"], row["prompt_tokens"]) == (2, 60)  # kept in this replica while down (Redis restarted empty)

@@ -56,4 +56,6 @@ def test_ray_port_allocator_range_is_max_exclusive():
 def test_k8s_render_refuses_direct():
     with pytest.raises(ValueError, match="embedded stack"):
         render_rayservice(ServingConfig.shipped("embedded"))
-    render_rayservice(ServingConfig.shipped("embedded").model_copy(update={"ingress": "proxy"}))
+    keyed = ServingConfig.shipped("embedded")
+    keyed = keyed.model_copy(update={"ingress": "proxy", "auth": keyed.auth.model_copy(update={"open": True})})
+    render_rayservice(keyed)  # the proxy ingress renders (auth open on purpose: render refuses auth off)

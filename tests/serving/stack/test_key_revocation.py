@@ -1,0 +1,120 @@
+"""Revoking keys on the real embedded gateway (the `stack` fixture: the tenants' key file of
+tests/support/gateway_stack.py, re-read every `auth.reload_s`, 2 s): a secret taken out of its entry,
+a key's last secret removed or the key disabled, is refused within reload_s + 2 s while the file's
+other keys keep working; bad edits keep the last keys (within `auth.keys_grace_s`) and put no run of
+8 characters of any secret in the file into any log of the stack; the file restored, the keys work."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from serving.auth import digest
+from serving.local import embedded
+from tests.support.gateway_stack import OPS, TEAM_A, TEAM_B, TENANTS, write_tenant_keys
+
+pytestmark = pytest.mark.slow
+
+# Fresh per run, so a hit in the logs can only come from this run's edits; no hex digit and no word
+# (Ray's logs are full of hex ids and of words like "rotate"), so a hit is a leak, not a coincidence.
+_ALPHABET = "ghijkmnpqrstuvwxyzGHJKLMNPQRSTUVWXYZ"
+OLD, NEW, DIGESTED = ("sk-" + "".join(secrets.choice(_ALPHABET) for _ in range(28)) for _ in range(3))
+RUN = 8  # the shortest run of a secret's characters no log may hold
+# Keys without limits: the limited tenants' windows belong to test_tenants.py's bursts.
+UNLIMITED = (TEAM_A, TEAM_B, OPS)
+
+
+def entries(rotating: list[str], digest_disabled: bool = False) -> list[dict]:
+    """The run's keys beside the tenants': one rotating its secrets, one known by its digest."""
+    return [{"name": "rotating", "role": "inference", "models": ["maze-tiny"], "secrets": rotating},
+            {"name": "digested", "role": "inference", "models": ["maze-tiny"], "sha256": [digest(DIGESTED)],
+             "min_secret_length": len(DIGESTED), "disabled": digest_disabled}]
+
+
+def status(stack, key: str) -> int:
+    with httpx.Client(base_url=stack.root, headers={"Authorization": f"Bearer {key}"}, timeout=30) as h:
+        return h.get("/v1/models").status_code
+
+
+def wait_status(stack, key: str, expected: int, within_s: float) -> float:
+    """Seconds until ``key`` is answered ``expected`` (polled; failing past ``within_s``)."""
+    t0 = time.monotonic()
+    while (got := status(stack, key)) != expected:
+        assert time.monotonic() - t0 < within_s, f"still {got}, not {expected}, after {within_s:.1f}s"
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+def file_secrets() -> list[str]:
+    return [s for k in TENANTS["keys"] for s in k["secrets"]] + [OLD, NEW, DIGESTED]
+
+
+def logs_showing_secrets(logs: Path) -> list[tuple[str, bytes]]:
+    """(log file, the text around it) for every run of RUN characters of a secret in a log of the stack."""
+    runs = {s[i:i + RUN].encode() for s in file_secrets() for i in range(len(s) - RUN + 1)}
+    hits = []
+    for f in (p for p in logs.rglob("*") if p.is_file()):
+        data = f.read_bytes()
+        hits += [(str(f), data[max(0, at - 80):at + 80]) for run in runs if (at := data.find(run)) >= 0]
+    return hits
+
+
+@pytest.fixture
+def key_file(stack):
+    """The stack's key file, restored to the tenants' keys at the end (other tests share it)."""
+    path = Path(stack.cfg.auth.keys_file)
+    try:
+        yield path
+    finally:
+        write_tenant_keys(path)
+        wait_status(stack, TEAM_A, 200, 3 * stack.cfg.auth.reload_s + 5)
+
+
+def test_revoked_secrets_are_refused_and_bad_edits_log_no_secret(stack, key_file):
+    reload_s = stack.cfg.auth.reload_s
+    assert stack.cfg.auth.keys_grace_s > 60  # the bad edits below stay within the grace
+    write_tenant_keys(key_file, entries([OLD, NEW]))
+    for key in (OLD, NEW, DIGESTED):
+        wait_status(stack, key, 200, reload_s + 5)
+
+    steps = [(entries([NEW]), OLD),  # rotation done: the old secret retired
+             (entries([]), NEW),  # the key's last secret removed: the key revoked, the file still valid
+             (entries([], digest_disabled=True), DIGESTED)]  # a key disabled
+    for extra, revoked in steps:
+        write_tenant_keys(key_file, extra)
+        took = wait_status(stack, revoked, 401, reload_s + 2)
+        print(f"revoked within {took:.1f}s")
+        assert all(status(stack, k) == 200 for k in UNLIMITED)
+
+    good = key_file.read_text()
+    bad_edits = [
+        good.replace(f"- {TEAM_A}", f"- [{TEAM_A}", 1),  # a YAML syntax error right after a secret
+        yaml.safe_dump({"keys": [{**k, "secrets": k["secrets"][0]} for k in TENANTS["keys"]]}),  # a wrong type
+        yaml.safe_dump({"keys": [{**k, "secrets": [], "sha256": k["secrets"], "min_secret_length": 16}
+                                 for k in TENANTS["keys"]]}),  # secrets pasted where digests go
+    ]
+    assert len({*bad_edits, good}) == 4
+    for text in bad_edits:
+        key_file.write_text(text)
+        deadline = time.monotonic() + reload_s + 1.5  # at least one reload reads the bad edit
+        while time.monotonic() < deadline:  # the last keys kept: the grace
+            assert status(stack, TEAM_A) == 200 and status(stack, NEW) == 401
+            time.sleep(0.2)
+
+    logs = Path(embedded.read_state().ray_temp_dir) / "session_latest" / "logs"
+    time.sleep(1.0)  # the replica's stderr reaches its log file
+    logged = [p for p in logs.rglob("*") if p.is_file() and b"API keys: auth.keys_file" in p.read_bytes()]
+    assert logged, "the bad edits were not logged"
+    text = b"".join(p.read_bytes() for p in logged)
+    assert b"not valid YAML at line" in text and b"not a valid key file: keys[0]" in text
+    assert logs_showing_secrets(logs) == []
+
+    write_tenant_keys(key_file, entries([NEW]))  # fixed: read again, with its revocations
+    wait_status(stack, NEW, 200, reload_s + 2)
+    assert all(status(stack, k) == 200 for k in UNLIMITED)
+    assert status(stack, OLD) == 401 and status(stack, DIGESTED) == 200

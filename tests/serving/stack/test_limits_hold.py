@@ -1,0 +1,101 @@
+"""Limits that hold on the real embedded gateway (the `stack` fixture, the tenants' key file of
+tests/support/gateway_stack.py re-read every `auth.reload_s`): a key of two concurrent slots that
+opens more server-side episodes than that gets 429s for the rest while its episodes play to their
+end, and a stream the client closes before its end is charged the tokens it used (`/v1/usage`)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.gateway_stack import image_messages, write_tenant_keys
+
+pytestmark = pytest.mark.slow
+SLOTS_KEY = "sk-two-slots-test-0001"
+SLOTS = {"name": "two-slots", "role": "inference", "models": ["maze-tiny", "maze-tiny:maze-grpo"],
+         "secrets": [SLOTS_KEY], "limits": {"concurrent": 2}}
+REFUSED = "Rate limit reached for key 'two-slots' on concurrent requests: limit 2. Please try again in 1s."
+
+
+def http(stack) -> httpx.Client:
+    return httpx.Client(base_url=stack.root, headers={"Authorization": f"Bearer {SLOTS_KEY}"}, timeout=300)
+
+
+def wait_status(stack, expected: int, within_s: float) -> None:
+    deadline = time.monotonic() + within_s
+    with http(stack) as h:
+        while (got := h.get("/v1/models").status_code) != expected:
+            assert time.monotonic() < deadline, f"still {got}, not {expected}"
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def two_slots(stack):
+    """The key of two slots added to the stack's key file; the tenants' file restored at the end."""
+    path = Path(stack.cfg.auth.keys_file)
+    write_tenant_keys(path, extra=[SLOTS])
+    wait_status(stack, 200, 3 * stack.cfg.auth.reload_s + 5)
+    try:
+        yield SLOTS_KEY
+    finally:
+        write_tenant_keys(path)
+        wait_status(stack, 401, 3 * stack.cfg.auth.reload_s + 5)
+
+
+def test_episodes_beyond_the_key_slots_are_429(stack, two_slots):
+    model = f"{stack.base}:maze-grpo"
+    start = threading.Barrier(5)
+
+    def episode(seed: int) -> httpx.Response:
+        with http(stack) as h:
+            start.wait()
+            # window:2 keeps each request within the stack's images per request (4); 12 turns or fewer
+            return h.post("/v1/episodes", json={"model": model, "seed": seed, "env_id": "maze_2d/hard",
+                                                "history": "window:2", "max_turns": 12})
+
+    with ThreadPoolExecutor(5) as pool:
+        answers = list(pool.map(episode, range(5)))
+    statuses = sorted(r.status_code for r in answers)
+    print("episodes:", statuses)
+    played, refused = [r for r in answers if r.status_code == 200], [r for r in answers if r.status_code == 429]
+    assert len(played) >= 2 and len(refused) >= 1 and len(played) + len(refused) == 5, statuses
+    for r in refused:
+        assert r.json() == {"error": {"message": REFUSED, "type": "requests", "code": "rate_limit_exceeded"}}
+        assert r.headers["retry-after"] == "1"
+    for r in played:  # their own calls ran in the slots they held: none was refused
+        record = r.json()
+        assert record["error"] is None and len(record["turns"]) >= 1, record
+
+
+def usage_totals(stack) -> dict[str, int]:
+    """The key's usage of the base model (its own usage reads are counted under ``-``)."""
+    with http(stack) as h:
+        rows = [r for r in h.get("/v1/usage", params={"since": "1h"}).json()["data"] if r["model"] == stack.base]
+    return {c: sum(r[c] for r in rows) for c in ("requests", "prompt_tokens", "completion_tokens")}
+
+
+def test_a_stream_closed_early_is_charged(stack, two_slots):
+    before = usage_totals(stack)
+    body = {"model": stack.base, "messages": image_messages(), "max_tokens": 400, "ignore_eos": True,
+            "temperature": 1.0, "stream": True}
+    got = []
+    with http(stack) as h, h.stream("POST", "/v1/chat/completions", json=body) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["delta"].get("content"):
+                got.append(line)
+                break  # the client has what it needs and leaves
+    assert got and '"usage"' not in got[0]  # the usage the gateway asked for stays hidden
+    deadline = time.monotonic() + 30
+    while (after := usage_totals(stack))["requests"] == before["requests"]:  # recorded once the replica sees it end
+        assert time.monotonic() < deadline, (before, after)
+        time.sleep(0.5)
+    charged = {c: after[c] - before[c] for c in ("prompt_tokens", "completion_tokens")}
+    print("charged for the stream closed early:", charged)
+    assert charged["prompt_tokens"] > 0 and 1 <= charged["completion_tokens"] < 400, charged
