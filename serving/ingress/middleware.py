@@ -128,6 +128,42 @@ async def send_error(send, exc: BaseException, request_id: str | None) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
+# Engine routes whose JSON vLLM's request models read before they check its types (a number where
+# they iterate is a TypeError, which would be a 500): the raw body is checked first.
+_ENGINE_BODIES = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+async def _checked_body(receive):
+    """Read the whole body (already bounded by ``receive``), refuse JSON of the wrong types with a
+    400 naming the field (``request_checks.check_json_types``), and replay the body to the app."""
+    from serving.ingress.request_checks import check_json_types
+
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            return _replay([message], receive)
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    body = b"".join(chunks)
+    try:
+        parsed = json.loads(body) if body else None
+    except ValueError:
+        parsed = None  # not JSON: the route's own parser answers it
+    check_json_types(parsed)
+    return _replay([{"type": "http.request", "body": body, "more_body": False}], receive)
+
+
+def _replay(messages, then):
+    """A receive that gives ``messages`` first, then the connection's own (a stream listens there for
+    the client going away)."""
+    pending = list(messages)
+
+    async def receive():
+        return pending.pop(0) if pending else await then()
+    return receive
+
+
 class GatewayMiddleware:
     """Outermost middleware: request id, body-size limit, request count and latency, and the
     OpenAI-shaped answer to any error raised before the response started (keys:
@@ -168,7 +204,10 @@ class GatewayMiddleware:
                 raise RequestTooLarge(f"request body of {int(length)} bytes exceeds the limit of {limit}")
             if _CONTROL.search(scope["path"]):
                 raise BadRequest(f"invalid request path {scope['path']!r}: control characters are not allowed")
-            await self.app(scope, limited_receive, tracked_send)
+            if scope["method"] == "POST" and scope["path"] in _ENGINE_BODIES:
+                await self.app(scope, await _checked_body(limited_receive), tracked_send)
+            else:
+                await self.app(scope, limited_receive, tracked_send)
         except Exception as exc:  # noqa: BLE001 - the last layer that can still answer in OpenAI's shape
             if state["started"]:
                 raise

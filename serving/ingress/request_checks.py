@@ -6,6 +6,13 @@
 * OpenAI's validation where vLLM is laxer: message roles are OpenAI's, ``messages`` is not empty,
   content parts are the types this gateway serves (``text``, ``image_url``), sampling fields are
   within OpenAI's ranges, ``n`` is bounded;
+* the JSON type of the fields vLLM reads before it checks their types (:data:`JSON_TYPES`): its
+  request models' ``mode="before"`` validators run on the raw body and iterate ``messages``,
+  ``list()`` each message's ``tool_calls``, index ``tools[i]["function"]["name"]`` and call
+  ``structured_outputs.get``, so a number there is a ``TypeError`` that pydantic passes on and Ray
+  answers 500. :func:`check_json_types` is for the raw JSON, before vLLM's model parses it (the
+  engine routes' dependency in the gateway); :func:`check_request` gets the parsed request, too
+  late for it (it runs it on a raw body too);
 * images arrive inline as ``data:`` URLs: the gateway never fetches remote URLs (that would let
   any caller make the cluster download arbitrary content), so ``http(s)://`` and ``file:`` URLs
   are a 400;
@@ -20,7 +27,7 @@ import base64
 import binascii
 import io
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +43,23 @@ SERVED_PART_TYPES = frozenset({"text", "image_url", "refusal"})
 # OpenAI's documented ranges for sampling fields vLLM checks more loosely (or not at all).
 OPENAI_RANGES = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2),
                  "top_logprobs": (0, 20)}
+# The JSON type of each request field vLLM's request models read in ``mode="before"`` validators (on
+# the raw body, before pydantic checks types; vllm/entrypoints/openai/chat_completion/protocol.py:
+# ``_normalize_messages_before``, ``check_system_message_content_type``, ``check_tool_usage``,
+# ``check_structured_outputs_count``, and completion/protocol.py's), and of the other object and
+# array fields of the engine requests beside them, so the rule does not hang on which of them vLLM
+# happens to touch first. ``null`` is every field's default but ``messages``'.
+JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "messages": (list,), "tools": (list,), "tool_choice": (str, dict), "structured_outputs": (dict,),
+    "response_format": (dict,), "stream_options": (dict,), "kv_transfer_params": (dict,),
+    "chat_template_kwargs": (dict,), "mm_processor_kwargs": (dict,), "media_io_kwargs": (dict,),
+    "logit_bias": (dict,), "vllm_xargs": (dict,), "stop": (str, list), "stop_token_ids": (list,),
+    "allowed_token_ids": (list,), "bad_words": (list,), "logprob_token_ids": (list,), "documents": (list,),
+}
+# The same for each message's fields (``tool_calls``: vLLM calls ``list()`` on it).
+MESSAGE_JSON_TYPES: dict[str, tuple[type, ...]] = {"content": (str, list), "tool_calls": (list,)}
+_NOT_NULL = frozenset({"messages"})  # vLLM iterates ``data.get("messages", [])``: an explicit null too
+_JSON_NAMES = {dict: "an object", list: "an array", str: "a string"}
 # Request fields that hold chat messages or multimodal score inputs.
 _CONTENT_FIELDS = ("messages", "text_1", "text_2")
 
@@ -126,6 +150,49 @@ def _check_image(where: str, url: str, limits: LimitsSpec) -> int:
     return width * height
 
 
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def _expect(where: str, value: Any, types: tuple[type, ...], *, nullable: bool = True) -> None:
+    if (value is None and nullable) or (value is not None and isinstance(value, types)):
+        return
+    raise BadRequest(f"{where}: must be {' or '.join(_JSON_NAMES[t] for t in types)}, not {_json_kind(value)}")
+
+
+def check_json_types(body: Any, fields: Collection[str] | None = None) -> None:
+    """The JSON types of :data:`JSON_TYPES` (and of each message's and tool's fields vLLM reads) in
+    a raw request body, before vLLM's request model parses it; ``fields``: only those the route's
+    model has (the others it ignores), default all. Anything but a JSON object is left to that
+    model (a parsed request was type-checked by it already).
+
+    Raises:
+        BadRequest: a field of another JSON type, naming it (``messages[0].tool_calls: must be an
+            array, not a number``) (400).
+    """
+    if not isinstance(body, dict):
+        return
+    if fields is not None:
+        body = {k: v for k, v in body.items() if k in fields}
+    for field, types in JSON_TYPES.items():
+        if field in body:
+            _expect(field, body[field], types, nullable=field not in _NOT_NULL)
+    for i, message in enumerate(body.get("messages") or ()):
+        _expect(f"messages[{i}]", message, (dict,), nullable=False)
+        for field, types in MESSAGE_JSON_TYPES.items():
+            _expect(f"messages[{i}].{field}", message.get(field), types)
+    for i, tool in enumerate(body.get("tools") or ()):  # vLLM reads tool["function"]["name"]
+        _expect(f"tools[{i}]", tool, (dict,), nullable=False)
+        _expect(f"tools[{i}].function", tool.get("function"), (dict,), nullable=False)
+        _expect(f"tools[{i}].function.name", tool["function"].get("name"), (str,), nullable=False)
+
+
 def _check_roles(messages: Any) -> None:
     if not isinstance(messages, (list, tuple)):
         return
@@ -133,7 +200,7 @@ def _check_roles(messages: Any) -> None:
         raise BadRequest("messages: at least one message is required")
     for i, message in enumerate(messages):
         role = _get(message, "role")
-        if role not in OPENAI_ROLES:
+        if not isinstance(role, str) or role not in OPENAI_ROLES:  # (a raw body's role may be any JSON)
             raise BadRequest(f"messages[{i}].role: {role!r} is not one of {sorted(OPENAI_ROLES)}")
 
 
@@ -141,13 +208,15 @@ def check_request(body: Any, limits: LimitsSpec) -> RequestStats:
     """Every check of one engine request, before the engine sees it.
 
     Raises:
-        BadRequest: a role or part type OpenAI or this gateway does not take, no messages, a
-            sampling field outside OpenAI's range, too many choices or images, a non-``data:``
-            image URL (400).
+        BadRequest: a field of another JSON type than vLLM reads it as (in a raw body, see
+            :func:`check_json_types`), a role or part type OpenAI or this gateway does not take,
+            no messages, a sampling field outside OpenAI's range, too many choices or images, a
+            non-``data:`` image URL (400).
         InvalidImage: image data that is not an image (400).
         RequestTooLarge: an image over ``max_image_bytes`` (413).
         ImageTooLarge: an image over ``max_image_pixels``, or images over ``max_request_pixels`` in all (413).
     """
+    check_json_types(body)
     _check_roles(_get(body, "messages"))
     for field, (low, high) in OPENAI_RANGES.items():
         value = _get(body, field)
@@ -160,7 +229,7 @@ def check_request(body: Any, limits: LimitsSpec) -> RequestStats:
     images = pixels = 0
     for where, part in content_parts(body):
         kind = _get(part, "type")
-        if kind not in SERVED_PART_TYPES:
+        if not isinstance(kind, str) or kind not in SERVED_PART_TYPES:
             raise BadRequest(f"{where}: content part type {kind!r} is not served; "
                              f"use one of {sorted(SERVED_PART_TYPES)}")
         if kind != "image_url":

@@ -112,7 +112,9 @@ def per_replica(samples, name: str, **labels) -> dict[str, float]:
 
 def ready(state) -> tuple[int, dict]:
     try:
-        r = httpx.get(state.base_url.removesuffix("/v1") + "/ready", timeout=30)
+        # /ready shows replicas and nodes to an admin key only (a probe without one sees ready/not_ready).
+        r = httpx.get(state.base_url.removesuffix("/v1") + "/ready", timeout=30,
+                      headers={"Authorization": f"Bearer {ADMIN}"})
         return r.status_code, r.json()
     except (httpx.HTTPError, ValueError) as exc:
         return 0, {"error": str(exc)}

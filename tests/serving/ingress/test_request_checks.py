@@ -17,7 +17,7 @@ from serving.errors import (
     InvalidImage,
     RequestTooLarge,
 )
-from serving.ingress.request_checks import check_request, decoded_size, image_dimensions
+from serving.ingress.request_checks import check_json_types, check_request, decoded_size, image_dimensions
 from tests.support.gateway_stack import bomb_png_url
 
 
@@ -107,3 +107,117 @@ def test_openai_validation(body, match):
 def test_roles_openai_accepts():
     messages = [{"role": r, "content": "x"} for r in ("system", "developer", "user", "assistant", "tool", "function")]
     assert check_request({"messages": messages}, ServingConfig.shipped("embedded").limits).images == 0
+
+
+# The input class of a fuzz run's 500 (schemathesis' NEGATIVE mode on POST /v1/chat/completions):
+# a field vLLM's request model reads in a ``mode="before"`` validator, on the raw body before
+# pydantic checks types, of another JSON type: ``list(message["tool_calls"])`` on a number is
+# "'int' object is not iterable", a TypeError pydantic passes on and Ray answers 500.
+_CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+_NAMED = {"type": "function", "function": {"name": "f"}}
+_TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+# The failing draw's shape: unknown keys, an odd role, ``tool_calls`` a number (CI's report cut the
+# body off before it; this is its first message with the field vLLM iterates).
+FUZZ_MESSAGE = {"": {}, "GPU placement": [1.78e-91, 9557459, -629], "þ": {}, "pause_until": {}, "tool_call_id": None,
+                "reasoning": None, "role": "_ºÐ\"\\µ", "tool_calls": 9557459}
+TYPE_CONFUSED = [
+    ({"thinking_token_budget": None, "messages": [FUZZ_MESSAGE]}, r"messages\[0\].tool_calls: must be an array, not a number"),
+    ({**_CHAT, "messages": [{"role": "assistant", "content": "x", "tool_calls": True}]},
+     r"messages\[0\].tool_calls: must be an array, not a boolean"),
+    ({**_CHAT, "messages": [{"role": "user", "content": 7}]}, r"messages\[0\].content: must be a string or an array"),
+    ({**_CHAT, "messages": [3]}, r"messages\[0\]: must be an object, not a number"),
+    ({**_CHAT, "messages": 5}, "messages: must be an array, not a number"),
+    ({**_CHAT, "messages": None}, "messages: must be an array, not null"),
+    ({**_CHAT, "tools": 5, "tool_choice": _NAMED}, "tools: must be an array, not a number"),
+    ({**_CHAT, "tools": "f", "tool_choice": _NAMED}, "tools: must be an array, not a string"),
+    ({**_CHAT, "tools": [5], "tool_choice": _NAMED}, r"tools\[0\]: must be an object, not a number"),
+    ({**_CHAT, "tools": [{"type": "function"}], "tool_choice": _NAMED}, r"tools\[0\].function: must be an object, not null"),
+    ({**_CHAT, "tools": [{"type": "function", "function": {}}], "tool_choice": _NAMED},
+     r"tools\[0\].function.name: must be a string, not null"),
+    ({**_CHAT, "tool_choice": 1}, "tool_choice: must be a string or an object, not a number"),
+    ({**_CHAT, "structured_outputs": 1.5}, "structured_outputs: must be an object, not a number"),
+    ({"model": "m", "prompt": "hi", "structured_outputs": [1]}, "structured_outputs: must be an object, not an array"),
+    ({**_CHAT, "stop": 3}, "stop: must be a string or an array, not a number"),
+    ({**_CHAT, "logit_bias": [1]}, "logit_bias: must be an object, not an array"),
+    ({**_CHAT, "chat_template_kwargs": "x"}, "chat_template_kwargs: must be an object, not a string"),
+]
+
+
+@pytest.mark.parametrize(("body", "match"), TYPE_CONFUSED)
+def test_fields_vllm_reads_before_validating_are_type_checked(body, match):
+    """400 naming the field, before vLLM's request model parses the body (it would raise a TypeError)."""
+    with pytest.raises(BadRequest, match=match) as info:
+        check_request(body, ServingConfig.shipped("embedded").limits)
+    assert info.value.status_code == 400 and info.value.to_openai()["error"]["code"] == "bad_request"
+
+
+def test_json_types_of_the_routes_fields_only():
+    """Given the route model's fields, a field it does not have (and ignores) is not checked."""
+    completion_fields = {"model", "prompt", "structured_outputs", "stop"}
+    check_json_types({"model": "m", "prompt": "hi", "messages": 5, "tools": 1}, completion_fields)
+    with pytest.raises(BadRequest, match="structured_outputs: must be an object"):
+        check_json_types({"model": "m", "prompt": "hi", "structured_outputs": 0}, completion_fields)
+    check_json_types([1, 2])  # not an object: the route's model answers (pydantic's 400)
+
+
+def test_well_typed_tool_use_and_structured_outputs_pass():
+    limits = ServingConfig.shipped("embedded").limits
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    bodies = [
+        {**_CHAT, "tools": [_TOOL], "tool_choice": _NAMED},
+        {**_CHAT, "tools": [_TOOL], "tool_choice": "auto", "messages": [
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "r"}]}]},
+        {**_CHAT, "structured_outputs": {"regex": "a+"}, "response_format": {"type": "json_object"}, "stop": ["x"],
+         "logit_bias": {"1": 2.0}, "stop_token_ids": [1], "chat_template_kwargs": {"enable_thinking": False},
+         "stream_options": None, "tools": None},
+        {"model": "m", "prompt": [1, 2], "stop": "x"},
+    ]
+    for body in bodies:
+        assert check_request(body, limits).images == 0
+
+
+def test_no_field_vllm_parses_is_a_500():
+    """Every field of vLLM's chat and completion request models (and each message's and tool's),
+    set to a value of each JSON type: what the gateway's checks let through, vLLM's model parses or
+    refuses with a validation error (a 400), never a TypeError, AttributeError or KeyError (a 500)."""
+    pytest.importorskip("vllm")
+    from pydantic import ValidationError
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+    from vllm.exceptions import VLLMClientError
+
+    limits = ServingConfig.shipped("embedded").limits
+    values = [0, 1.5, True, "s", [], [0], {}, {"a": 0}, None]
+
+    def bodies():
+        for model, base in ((ChatCompletionRequest, _CHAT), (ChatCompletionRequest, {**_CHAT, "tools": [_TOOL],
+                                                                                     "tool_choice": _NAMED}),
+                            (CompletionRequest, {"model": "m", "prompt": "hi"})):
+            for value in values:
+                yield from ((model, field, {**base, field: value}) for field in model.model_fields)
+                if model is CompletionRequest:
+                    continue
+                for key in ("role", "content", "tool_calls", "name", "tool_call_id", "reasoning", "function_call"):
+                    yield model, f"messages[0].{key}", {**base, "messages": [{"role": "assistant", key: value}]}
+                yield model, "messages[0]", {**base, "messages": [value]}
+                yield model, "tools[0]", {**base, "tools": [value]}
+                yield model, "tools[0].function", {**base, "tools": [{"type": "function", "function": value}]}
+                yield model, "tools[0].function.name", {**base, "tools": [{"type": "function", "function": {"name": value}}]}
+                yield model, "tool_choice.function", {**base, "tool_choice": {"type": "function", "function": value}}
+
+    crashes, checked = [], 0
+    for model, where, body in bodies():
+        try:
+            check_request(body, limits)
+        except BadRequest:
+            continue
+        checked += 1
+        try:
+            model.model_validate(body)
+        except (ValidationError, VLLMClientError, ValueError):
+            pass
+        except Exception as exc:  # noqa: BLE001 - any other exception is a 500 at the ingress
+            crashes.append(f"{model.__name__} {where}={body}: {type(exc).__name__}: {exc}")
+    assert checked > 1000
+    assert not crashes, "\n".join(crashes[:20])

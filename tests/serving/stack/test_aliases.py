@@ -55,7 +55,7 @@ def test_promote_and_rollback_change_what_serves_the_name(stack, versions):
     assert served(stack, alias) == (f"{alias}@{v2}", out_v2)
     assert [m.action for m in stack.store.history(NAME)[:2]] == ["rollback", "promote"]
 
-    with pytest.raises(openai.NotFoundError, match="no version"):
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
         served(stack, f"{alias}@{'0' * 12}")
     with pytest.raises(openai.BadRequestError, match="invalid adapter version"):
         served(stack, f"{alias}@latest")

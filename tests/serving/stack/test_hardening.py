@@ -6,7 +6,9 @@ Uses the session's embedded stack (conftest.py ``stack``); the last test restart
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import time
 
 import httpx
@@ -20,6 +22,9 @@ from tests.support.gateway_stack import KEY, bomb_png_url, image_messages
 pytestmark = pytest.mark.slow
 FUZZ_EXAMPLES = int(os.environ.get("MAZE_FUZZ_EXAMPLES", "15"))  # per operation and generation mode
 FUZZ_BUDGET_S = 100.0
+# Hypothesis' seed for the fuzz draws: a new one each run (the breadth), printed, and taken from
+# MAZE_FUZZ_SEED to replay a run's draws (with the same MAZE_FUZZ_EXAMPLES and schema).
+FUZZ_SEED_ENV = "MAZE_FUZZ_SEED"
 
 
 def _error_shaped(response: httpx.Response | object) -> bool:
@@ -72,6 +77,10 @@ def test_pixel_bomb_refused_before_the_engine(stack, route):
     ({"model": "{base}", "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,bm90IGFuIGltYWdl"}}]}]},
      400, "invalid_image", "not a readable image"),
+    # A fuzz run's 500: vLLM's request model calls list() on tool_calls before it checks its type.
+    ({"model": "{base}", "messages": [{"role": "user", "content": "hi"},
+                                      {"role": "assistant", "content": "x", "tool_calls": 9557459}]},
+     400, "bad_request", "messages[1].tool_calls"),
 ])
 def test_openai_validation(stack, body, status, code, text):
     if "model" in body:
@@ -82,9 +91,11 @@ def test_openai_validation(stack, body, status, code, text):
     assert err["code"] == code and text in err["message"], err
 
 
-def _fuzz_cases(schema, base: str):
-    """Generated cases per operation and mode (schemathesis' strategies, drawn by Hypothesis)."""
+def _fuzz_cases(schema, base: str, seed: int):
+    """Generated cases per operation and mode (schemathesis' strategies, drawn by Hypothesis from
+    ``seed``: the same seed, examples and schema draw the same cases)."""
     from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
     from hypothesis.errors import Unsatisfiable
     from schemathesis.generation.modes import GenerationMode
 
@@ -93,6 +104,7 @@ def _fuzz_cases(schema, base: str):
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             cases: list = []
 
+            @hypothesis_seed(seed)
             @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
                       suppress_health_check=list(HealthCheck))
             @given(op.as_strategy(generation_mode=mode))
@@ -115,11 +127,30 @@ def _fuzz_cases(schema, base: str):
                 yield op, mode, case
 
 
+def _replayable(op, mode, case, response, seed: int) -> str:
+    """A failing case in full: what was sent (the whole body, as JSON where it is JSON), what came
+    back, and how to draw it again."""
+    from schemathesis.core import NotSet
+
+    try:  # ascii: lone surrogates and control characters stay readable and copyable
+        body = "(none)" if isinstance(case.body, NotSet) else json.dumps(case.body, ensure_ascii=True)
+    except (TypeError, ValueError):
+        body = repr(case.body)
+    sent = {"method": case.method, "path": case.formatted_path, "query": dict(case.query or {}),
+            "headers": dict(case.headers or {})}
+    return (f"{op.label} [{mode}] -> {response.status_code} {response.text[:2000]}\n"
+            f"  request: {json.dumps(sent, default=str)}\n  body: {body}\n"
+            f"  replay: {FUZZ_SEED_ENV}={seed} MAZE_FUZZ_EXAMPLES={FUZZ_EXAMPLES} (or send the body above)")
+
+
 def test_fuzz_openapi_no_5xx_and_openai_shaped_4xx(stack):
-    """schemathesis against the running gateway's own OpenAPI schema: no 5xx, every 4xx OpenAI-shaped."""
+    """schemathesis against the running gateway's own OpenAPI schema: no 5xx, every 4xx OpenAI-shaped.
+    The draws are random per run; the seed is printed, and each failing case with its full body."""
     import requests
     import schemathesis
 
+    seed = int(os.environ.get(FUZZ_SEED_ENV) or random.randrange(2**32))
+    print(f"\nfuzz: hypothesis seed {seed} (replay: {FUZZ_SEED_ENV}={seed} MAZE_FUZZ_EXAMPLES={FUZZ_EXAMPLES})")
     schema_json = stack.http.get("/openapi.json").json()
     schema = schemathesis.openapi.from_dict(schema_json)
     session = requests.Session()
@@ -127,19 +158,20 @@ def test_fuzz_openapi_no_5xx_and_openai_shaped_4xx(stack):
     sent, statuses, bad = 0, {}, []
     deadline = time.monotonic() + FUZZ_BUDGET_S
     try:
-        for op, mode, case in _fuzz_cases(schema, stack.base):
+        for op, mode, case in _fuzz_cases(schema, stack.base, seed):
             if time.monotonic() > deadline:
                 break
             response = case.call(base_url=stack.root, session=session, headers=headers, timeout=120)
             sent += 1
             statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
             if response.status_code >= 500 or (400 <= response.status_code < 500 and not _error_shaped(response)):
-                bad.append((op.label, str(mode), response.status_code, response.text[:300], repr(case.body)[:300]))
+                bad.append(_replayable(op, mode, case, response, seed))
+                print(f"fuzz: failing case\n{bad[-1]}")  # in the captured output even if a later step fails
     finally:
         session.close()
-    print(f"\nfuzz: {sent} requests, statuses {dict(sorted(statuses.items()))}")
-    assert sent >= 50, f"only {sent} requests in the time budget"
-    assert not bad, "\n".join(map(str, bad[:10]))
+    print(f"\nfuzz: {sent} requests, statuses {dict(sorted(statuses.items()))}, seed {seed}")
+    assert sent >= 50, f"only {sent} requests in the time budget (seed {seed})"
+    assert not bad, f"{len(bad)} failing cases (hypothesis seed {seed}):\n" + "\n".join(bad[:10])
     assert stack.http.get("/health").status_code == 200  # still serving
 
 
