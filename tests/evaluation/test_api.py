@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -21,6 +22,13 @@ def gateway():
     """The scripted OpenAI app with the evaluation router mounted, on 127.0.0.1."""
     app = create_app()
     app.include_router(router)
+    with _serve(app) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serve(app):
+    """``app`` served by uvicorn on a free 127.0.0.1 port in a thread; yields its base URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -29,9 +37,11 @@ def gateway():
     thread.start()
     while not server.started:
         time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def test_post_episode_returns_the_trajectory(gateway):
@@ -111,17 +121,8 @@ def gated_gateway():
         app = create_app()
         app.include_router(router)
         app.add_middleware(GateMiddleware, gate=Gate(AuthSpec(keys_env="TEST_EPISODE_KEYS")))
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.02)
-        yield f"http://127.0.0.1:{port}"
-        server.should_exit = True
-        thread.join(timeout=10)
+        with _serve(app) as url:
+            yield url
 
 
 def _post_episode(url: str, key: str, model: str, seed: int = 3) -> httpx.Response:
