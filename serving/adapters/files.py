@@ -9,9 +9,11 @@ download with :func:`verify_adapter_folder` before the engine sees it.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +97,8 @@ def content_version_of(config: bytes, weights: bytes) -> str:
     return h.hexdigest()[:12]
 
 
-CHUNK = 1 << 20  # bytes per read while streaming a download
+CHUNK = 1 << 18  # bytes per read while streaming a download (the last one's hash is what the hash adds)
+MAX_PENDING_CHUNKS = 16  # read ahead of the writes by at most this many chunks
 
 
 def download_version(bucket: Any, folder_key: str, dest: str | Path, *, hashed: bool = True) -> str | None:
@@ -116,23 +119,35 @@ def download_version(bucket: Any, folder_key: str, dest: str | Path, *, hashed: 
     digest = hashlib.sha256() if hashed else None
     folder = Path(dest)
     folder.mkdir(parents=True, exist_ok=True)
-    for fname in (CONFIG, WEIGHTS):
-        try:
-            body = bucket.call("get_object", Key=folder_key + fname)["Body"]
-        except KeyError:
-            raise AdapterLoadFailed(f"adapter download incomplete: {fname} is missing from the store") from None
-        part = folder / f"{fname}.part"
-        try:
-            with open(part, "wb") as out:
-                for chunk in iter(lambda b=body: b.read(CHUNK), b""):
-                    if digest is not None:
-                        digest.update(chunk)
-                    out.write(chunk)
-        except BotoCoreError as exc:
-            raise AdapterStoreUnavailable(f"S3 went away during the download ({type(exc).__name__}); "
-                                          "try again in a few seconds") from None
-        os.replace(part, folder / fname)
+    # One thread writes and hashes each chunk while this one reads the next from the socket (both
+    # release the GIL), so the hash costs about its last chunk's time, not the whole file's.
+    with ThreadPoolExecutor(1, thread_name_prefix="adapter-download") as sink:
+        for fname in (CONFIG, WEIGHTS):
+            try:
+                body = bucket.call("get_object", Key=folder_key + fname)["Body"]
+            except KeyError:
+                raise AdapterLoadFailed(f"adapter download incomplete: {fname} is missing from the store") from None
+            part = folder / f"{fname}.part"
+            try:
+                with open(part, "wb") as out:
+                    pending: collections.deque = collections.deque()
+                    for chunk in iter(lambda b=body: b.read(CHUNK), b""):
+                        pending.append(sink.submit(_take, chunk, out, digest))
+                        if len(pending) > MAX_PENDING_CHUNKS:  # a slow disk holds back the reads, not memory
+                            pending.popleft().result()
+                    for done in pending:
+                        done.result()
+            except BotoCoreError as exc:
+                raise AdapterStoreUnavailable(f"S3 went away during the download ({type(exc).__name__}); "
+                                              "try again in a few seconds") from None
+            os.replace(part, folder / fname)
     return digest.hexdigest()[:12] if digest is not None else None
+
+
+def _take(chunk: bytes, out: Any, digest: Any) -> None:
+    if digest is not None:
+        digest.update(chunk)
+    out.write(chunk)
 
 
 def verify_adapter_folder(path: str) -> None:

@@ -6,18 +6,34 @@ vision tower and merger of a VLM are not wrapped, and a tensor under a prefix th
 of the base is wrapped nowhere. Both are left out with at most a log line, and the request is
 answered by a model that is not the one trained. So the replica asks, once per adapter version:
 
-* :class:`LoraCoverageExtension` is mixed into vLLM's worker (``worker_extension_cls``); its
-  ``lora_coverage`` RPC compares the registered adapter's modules with the manager's wrapped
-  modules (after vLLM packed q/k/v and gate/up), in the worker process where both live;
+* :class:`LoraCoverageExtension` is mixed into vLLM's worker (``worker_extension_cls``): it
+  compares the registered adapter's modules with the manager's wrapped modules (after vLLM packed
+  q/k/v and gate/up), in the worker process where both live. Once the replica has called its
+  ``lora_coverage_install`` RPC at start, the worker makes that comparison inside every ``add_lora``
+  and leaves the report in the adapter's folder (:data:`REPORT_FILE`), which the replica reads: the
+  check rides on the registration instead of costing another round trip to the engine (a few
+  milliseconds, most of what checking a small adapter would cost). The ``lora_coverage`` RPC asks
+  the same question on its own, where no report was left;
 * :func:`refusal` (replica side) turns that report into the reason to refuse the version, counting
   only modules whose weights are non-zero: a module left at peft's zero init changes nothing.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 COVERAGE_QUALNAME = f"{__name__}.LoraCoverageExtension"
+
+#: The worker's coverage report of a registration, in the adapter's folder (the replica reads and removes it).
+REPORT_FILE = ".engine-coverage.json"
 
 # How a left-out module reads in an error, by the part of the model it is in.
 GROUP_TEXT = {
@@ -65,9 +81,46 @@ class LoraCoverageExtension:
     def lora_coverage(self, lora_id: int) -> dict[str, Any]:
         return coverage_of(self._lora_manager(), lora_id)
 
+    def lora_coverage_install(self) -> bool:
+        """Report coverage from inside every ``add_lora`` from now on; returns :meth:`lora_tower_support`.
+
+        vLLM refuses an extension that defines a worker method, so the worker's ``add_lora`` is wrapped
+        on the instance, where vLLM's RPC dispatch finds it first."""
+        if "add_lora" not in self.__dict__:
+            self.add_lora = _reporting_add_lora(self, self.add_lora)
+        return self.lora_tower_support()
+
     def lora_tower_support(self) -> bool:
         """Whether the engine applies LoRA to the vision tower and connector (on and supported)."""
         return bool(getattr(self._lora_manager(), "supports_tower_connector_lora", False))
+
+
+def _reporting_add_lora(worker: Any, stock: Any) -> Any:
+    def add_lora(lora_request: Any) -> bool:
+        added = stock(lora_request)
+        start = time.perf_counter()
+        report = coverage_of(worker._lora_manager(), lora_request.lora_int_id)
+        report["coverage_s"] = time.perf_counter() - start
+        path = Path(lora_request.lora_path) / REPORT_FILE
+        try:
+            path.with_suffix(".part").write_text(json.dumps(report))
+            os.replace(path.with_suffix(".part"), path)
+        except OSError:  # the replica then asks through the lora_coverage RPC
+            log.warning("could not leave the LoRA coverage report in %s", path, exc_info=True)
+        return added
+
+    return add_lora
+
+
+def take_report(folder: str) -> dict[str, Any] | None:
+    """The coverage report the worker left in ``folder`` at registration (removed once read), or None."""
+    path = Path(folder) / REPORT_FILE
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    path.unlink(missing_ok=True)
+    return report
 
 
 def module_count(folder: str) -> int:
@@ -78,17 +131,18 @@ def module_count(folder: str) -> int:
         return len({k.split(".lora_")[0] for k in fh.keys() if ".lora_" in k})
 
 
-def refusal(report: dict[str, Any], adapter: str, total: int) -> str | None:
+def refusal(report: dict[str, Any], adapter: str, total: int | Callable[[], int]) -> str | None:
     """Why ``adapter`` (with ``total`` LoRA modules in its files) must not be served, or None.
 
     Modules left out with all-zero weights are not counted: leaving them out changes nothing.
+    ``total`` may be a function (e.g. a header read of the weights), called only for a refusal.
     """
     if not report.get("registered"):
         return f"the engine did not register adapter {adapter!r}"
     lost = [m for m in report["left_out"] if not m["zero"]]
     if not lost:
         return None
-    parts = []
+    parts, total = [], total() if callable(total) else total
     for group, text in GROUP_TEXT.items():
         names = [m["module"] for m in lost if m["group"] == group]
         if names:
@@ -100,4 +154,5 @@ def refusal(report: dict[str, Any], adapter: str, total: int) -> str | None:
     return f"adapter {adapter!r} would be served without part of its weights: {'; '.join(parts)}; {hint}"
 
 
-__all__ = ["COVERAGE_QUALNAME", "GROUP_TEXT", "LoraCoverageExtension", "coverage_of", "module_count", "refusal"]
+__all__ = ["COVERAGE_QUALNAME", "GROUP_TEXT", "REPORT_FILE", "LoraCoverageExtension", "coverage_of", "module_count",
+           "refusal", "take_report"]

@@ -46,15 +46,18 @@ _ENGINE_SCRIPT = textwrap.dedent("""
     from vllm import LLM
     from vllm.lora.request import LoRARequest
     from serving.engine import COVERAGE_EXTENSION_PATH
-    from serving.engine.lora_coverage import module_count, refusal
+    from serving.engine.lora_coverage import module_count, refusal, take_report
     llm = LLM(model=sys.argv[1], enable_lora=True, max_lora_rank=8, max_loras=1, max_model_len=1024,
               enforce_eager=True, dtype="float32", kv_cache_memory_bytes=64 * 2**20, gpu_memory_utilization=0.2,
               worker_extension_cls=COVERAGE_EXTENSION_PATH)
-    out = {"tower_support": llm.collective_rpc("lora_tower_support")}
+    out = {"tower_support": llm.collective_rpc("lora_coverage_install")}
     for i, folder in enumerate(sys.argv[2:], 1):
         llm.llm_engine.add_lora(LoRARequest(f"a{i}", i, folder))
+        left = take_report(folder)  # what the worker left at registration
         report = llm.collective_rpc("lora_coverage", args=(i,))[0]
-        out[folder] = {"report": report, "refusal": refusal(report, f"a{i}", module_count(folder))}
+        seconds = left.pop("coverage_s")
+        out[folder] = {"report": report, "left": left, "seconds": seconds, "gone": take_report(folder),
+                       "refusal": refusal(report, f"a{i}", lambda: module_count(folder))}
         llm.llm_engine.remove_lora(i)
     print("RESULT " + json.dumps(out))
 """)
@@ -78,3 +81,5 @@ def test_a_cpu_engine_without_tower_lora_reports_what_it_leaves_out(tmp_path):
     assert len(lm["report"]["left_out"]) == 24 and all(m["zero"] for m in lm["report"]["left_out"])
     assert "28 of 28 LoRA modules name no module of the base" in renamed["refusal"]
     assert renamed["report"]["applied"] == 0
+    for one in (tower, lm, renamed):  # the report left at registration is the RPC's, read once
+        assert one["left"] == one["report"] and one["gone"] is None and 0 < one["seconds"] < 1
