@@ -295,6 +295,9 @@ class GatewayLLMServer(LLMServer):
         self._raise_if_refused(model_id)
         task = self._lora_registrations.get(model_id)
         if task is None:
+            if model_id in self.engine._oai_models.lora_requests:
+                return  # registered and checked by an earlier request (a refused one was removed): every
+                # request of a resident adapter passes here, so it costs nothing
             task = asyncio.ensure_future(self._register_whole(model_id, disk_lora_model))
             self._lora_registrations[model_id] = task
             task.add_done_callback(lambda _: self._lora_registrations.pop(model_id, None))
