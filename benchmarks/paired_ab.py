@@ -11,18 +11,22 @@ alternated single requests with both running, measured p95 ~1 s on both sides), 
 is measured every process of the other side is stopped (SIGSTOP, SIGCONT after the block: the
 api_server with its engine; the embedded stack's whole ``ray start`` session).
 
-A variant is the shipped embedded config with one setting changed, so each setting's cost is
-measured against the same plain vLLM in the same run: ``embedded`` (as shipped: jemalloc preloaded
-into the engine processes, the engine worker alone on its core), ``cpu-affinity-none`` (every
-process of the stack on every core, serving/engine/cpu_affinity.py), ``ray-niceness-0`` (the replica and
-engine at nice 0 instead of Ray's 15), ``glibc-mmap-threshold`` (glibc's malloc with the fixed
-``MALLOC_MMAP_THRESHOLD_`` that is the fallback without jemalloc, serving/engine/allocator.py),
-``glibc-mmap-default`` (glibc's malloc as is, whose memory grows in the soak),
-``vllm-lora-kernels`` (vLLM's stock CPU LoRA ops instead of serving/engine/lora_kernels.py's grouped ones) and
-``mm-cache-4gb`` (vLLM's default processed-image cache size instead of the config's 0.5 GiB).
+Like for like: the vLLM side is started from the same config as the gateway's side
+(``gateway_bench.vllm_launch``): every engine argument the gateway's LLMConfig gives its engine
+(the LoRA limits, the image cache, the worker extension with the grouped CPU LoRA kernels, the mp
+executor), the engine env (jemalloc preloaded, the worker's core binding), the same core split
+(the engine worker alone on its core, every other process of that side on the others) and Ray's
+niceness 15. The ratio then measures the gateway itself: Ray Serve, the ingress, auth and the
+adapter machinery in front of the same engine.
 
-The vLLM side gets the gateway's engine arguments, its LoRA limits included (the shipped adapter
-is rank 64), and vLLM's defaults for everything else.
+A variant changes one setting of the shipped embedded config on BOTH sides, so each setting's
+effect is shown on each: ``embedded`` (as shipped), ``cpu-affinity-none`` (no core split,
+serving/engine/cpu_affinity.py), ``ray-niceness-0`` (engines at nice 0 instead of Ray's 15),
+``glibc-mmap-threshold`` (glibc's malloc with the fixed ``MALLOC_MMAP_THRESHOLD_`` that is the
+fallback without jemalloc, serving/engine/allocator.py), ``glibc-mmap-default`` (glibc's malloc as
+is), ``vllm-lora-kernels`` (vLLM's stock CPU LoRA ops instead of serving/engine/lora_kernels.py's
+grouped ones) and ``mm-cache-4gb`` (vLLM's default processed-image cache size instead of the
+config's 0.5 GiB). Each variant runs ``--runs`` times, both sides started afresh each run.
 
 Figures per variant:
 
@@ -31,8 +35,10 @@ Figures per variant:
   per-block-pair ratios (gateway p50 / vLLM p50) with a bootstrap 95% interval, and the same for
   each half of the blocks (is it stable?);
 * ``c8``: throughput in alternating blocks of ``--c8-per-block`` requests (after 16 warm-up
-  requests) at concurrency 8, the median block ratio, and each side's CPU seconds per request by
-  process role.
+  requests) at concurrency 8, the median block ratio with a bootstrap 95% interval, and each side's
+  CPU seconds per request by process role;
+* ``runs``: per variant, the pooled blocks of every run (the interval over all of them) and the
+  spread of the per-run figures (min, max).
 
 The request is the gateway bench's (one-turn chat, one maze image, 8 tokens, ``ignore_eos``).
 """
@@ -66,6 +72,8 @@ from benchmarks.support.gateway_bench import (
     start_gateway,
     start_vllm,
     stop_vllm,
+    variant_config,
+    vllm_launch,
 )
 from benchmarks.support.stack import dev_assets
 from serving.engine import allocator_env
@@ -94,15 +102,19 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+def median_ci95(values: list[float], rounds: int = 2000) -> list[float]:
+    """95% interval of the median of ``values``: bootstrap over them (seeded, so reruns agree)."""
+    rng = random.Random(0)
+    boot = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(rounds))
+    return [round(boot[int(0.025 * rounds)], 3), round(boot[int(0.975 * rounds) - 1], 3)]
+
+
 def _c1_figures(gw: list[list[float]], vl: list[list[float]]) -> dict:
     """Figures from per-block latency lists of both sides (block i of each side forms pair i)."""
     flat_gw, flat_vl = [x for b in gw for x in b], [x for b in vl for x in b]
     ratios = [statistics.median(g) / statistics.median(v) for g, v in zip(gw, vl, strict=True)]
-    # 95% interval of the median block ratio: bootstrap over blocks (seeded, so reruns agree).
-    rng = random.Random(0)
-    boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
     return {"blocks": len(gw), "requests_per_side": len(flat_gw),
-            "median_block_ratio_ci95": [round(boot[50], 3), round(boot[1949], 3)],
+            "median_block_ratio_ci95": median_ci95(ratios),
             "block_ratios": [round(r, 3) for r in ratios],
             "vllm_p50_s": round(statistics.median(flat_vl), 4), "gateway_p50_s": round(statistics.median(flat_gw), 4),
             "vllm_p95_s": round(_pct(flat_vl, 0.95), 4), "gateway_p95_s": round(_pct(flat_gw, 0.95), 4),
@@ -193,7 +205,8 @@ def paired_c8(sides: dict[str, Side], image: str, blocks: int, per_block: int) -
     per_request = {name: {role: round(1000 * s / (per_block * blocks), 1) for role, s in roles.items() if s}
                    for name, roles in cpu.items()}
     return {"blocks": blocks, "requests_per_block": per_block, "vllm_rps": rps["vllm"], "gateway_rps": rps["gateway"],
-            "cpu_ms_per_request": per_request, "median_block_ratio": round(statistics.median(ratios), 3)}
+            "block_ratios": [round(r, 3) for r in ratios], "cpu_ms_per_request": per_request,
+            "median_block_ratio": round(statistics.median(ratios), 3), "median_block_ratio_ci95": median_ci95(ratios)}
 
 
 def idle_cpu(seconds: float = 10.0) -> float:
@@ -203,69 +216,106 @@ def idle_cpu(seconds: float = 10.0) -> float:
     return round(d["machine_busy_cpu_s"] / seconds, 3)
 
 
-def run_variant(variant: str, assets, vllm: Side, image: str, args) -> dict:
+def run_variant(variant: str, assets, image: str, args) -> dict:
+    """One run of ``variant``: both sides started from the variant's config, measured, stopped."""
     from serving.local import embedded
 
     spec = VARIANTS[variant]
-    vllm.pause()  # the gateway's start and its idle load are measured without the other engine
+    changes = {k: spec[k] for k in ("engine_env", "lora", "allocator", "base", "cpu_affinity") if k in spec}
+    cfg = variant_config(assets, f"maze-paired-{variant}", **changes)
+    proc, vl_url, logf = start_vllm(assets.base_dir, cfg, spec.get("ray_env"))
+    vllm = Side(vl_url, tree_pids(proc.pid))
     try:
-        cfg, gw_url, ready = start_gateway(assets, f"maze-paired-{variant}", env=spec.get("ray_env"),
-                                           engine_env=spec.get("engine_env"), lora=spec.get("lora"),
-                                           allocator=spec.get("allocator"), base=spec.get("base"),
-                                           cpu_affinity=spec.get("cpu_affinity"))
-        idle = idle_cpu()
+        vllm_idle = idle_cpu()
+        vllm.pause()  # the gateway's start and its idle load are measured without the other engine
+        try:
+            cfg, gw_url, ready = start_gateway(assets, f"maze-paired-{variant}", env=spec.get("ray_env"), cfg=cfg)
+            idle = idle_cpu()
+        finally:
+            vllm.resume()
+        try:
+            # Pauses last ~1-2 s, far below Ray's and Serve's health-check timeouts (10 s and more).
+            sides = {"vllm": vllm, "gateway": Side(gw_url, session_pids(os.getsid(embedded.read_state().ray_pid)))}
+            launch = vllm_launch(cfg, spec.get("ray_env"))
+            out = {"layout": cfg.layout, "ingress": cfg.ingress, "ray_env": spec.get("ray_env", {}),
+                   "allocator": cfg.allocator, "cpu_affinity": cfg.cpu_affinity,
+                   "engine_env": {**cfg.env, **allocator_env(cfg.allocator, cfg.env)},
+                   "lora_cpu_kernels": cfg.lora.cpu_kernels, "time_to_ready_s": ready,
+                   "vllm_side": {"args": launch["args"], "env": launch["env"], "niceness": launch["niceness"],
+                                 "core_split": None if launch["split"] is None else
+                                 {"worker": list(launch["split"].worker), "rest": list(launch["split"].rest)}},
+                   "idle_cpu_cores_gateway_alone": idle, "idle_cpu_cores_vllm_alone": vllm_idle}
+            out["c1"] = paired_c1(sides, image, args.blocks, args.per_block)
+            log.info("%s c1: %s", variant, json.dumps(out["c1"]))
+            out["c8"] = paired_c8(sides, image, args.c8_blocks, args.c8_per_block)
+            log.info("%s c8: %s", variant, json.dumps(out["c8"]))
+        finally:
+            embedded.down()
     finally:
-        vllm.resume()
-    try:
-        # Pauses last ~1-2 s, far below Ray's and Serve's health-check timeouts (10 s and more).
-        sides = {"vllm": vllm, "gateway": Side(gw_url, session_pids(os.getsid(embedded.read_state().ray_pid)))}
-        out = {"layout": cfg.layout, "ingress": cfg.ingress, "ray_env": spec.get("ray_env", {}),
-               "allocator": cfg.allocator, "cpu_affinity": cfg.cpu_affinity,
-               "engine_env": {**cfg.env, **allocator_env(cfg.allocator, cfg.env)},
-               "lora_cpu_kernels": cfg.lora.cpu_kernels,
-               "time_to_ready_s": ready,
-               "idle_cpu_cores_gateway_alone": idle}
-        out["c1"] = paired_c1(sides, image, args.blocks, args.per_block)
-        log.info("%s c1: %s", variant, json.dumps(out["c1"]))
-        out["c8"] = paired_c8(sides, image, args.c8_blocks, args.c8_per_block)
-        log.info("%s c8: %s", variant, json.dumps(out["c8"]))
-    finally:
-        embedded.down()
+        stop_vllm(proc, logf)
     return out
+
+
+def pooled(runs: list[dict]) -> dict:
+    """A variant's figures over all its runs: the blocks pooled (interval over all of them) and the
+    spread of the per-run medians."""
+    c1 = [r for run in runs for r in run["c1"]["block_ratios"]]
+    c8 = [r for run in runs for r in run["c8"]["block_ratios"]]
+    per_run_c1 = [run["c1"]["median_block_ratio"] for run in runs]
+    per_run_c8 = [run["c8"]["median_block_ratio"] for run in runs]
+    return {"runs": len(runs),
+            "c1_p50_added_pct": round(100 * (statistics.median(c1) - 1), 1),
+            "c1_p50_added_pct_ci95": [round(100 * (x - 1), 1) for x in median_ci95(c1)],
+            "c1_median_block_ratio": round(statistics.median(c1), 3), "c1_median_block_ratio_ci95": median_ci95(c1),
+            "c1_per_run": per_run_c1, "c1_spread": [min(per_run_c1), max(per_run_c1)],
+            "c8_median_block_ratio": round(statistics.median(c8), 3), "c8_median_block_ratio_ci95": median_ci95(c8),
+            "c8_per_run": per_run_c8, "c8_spread": [min(per_run_c8), max(per_run_c8)]}
+
+
+def git_commit() -> str:
+    import subprocess
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        return git("rev-parse", "--short", "HEAD") + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "paired_ab.json")
-    ap.add_argument("--blocks", type=int, default=30, help="block pairs at concurrency 1")
+    ap.add_argument("--runs", type=int, default=3, help="runs of each variant, both sides started afresh each")
+    ap.add_argument("--blocks", type=int, default=20, help="block pairs at concurrency 1")
     ap.add_argument("--per-block", type=int, default=10, help="measured requests per block at concurrency 1")
-    ap.add_argument("--c8-blocks", type=int, default=12, help="block pairs at concurrency 8")
+    ap.add_argument("--c8-blocks", type=int, default=8, help="block pairs at concurrency 8")
     # ~6 s a block: long against the hiccups of a shared 2-core machine (a 64-request block lasts ~1.5 s,
     # and single blocks of either side then ran at half the speed of their neighbours).
     ap.add_argument("--c8-per-block", type=int, default=256, help="measured requests per block at concurrency 8")
-    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, from {list(VARIANTS)}")
+    ap.add_argument("--variants", default="embedded", help=f"comma-separated, from {list(VARIANTS)}")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     assets = dev_assets(n_extra=0)
     image = maze_png_url()
-    proc, vl_url, logf = start_vllm(assets.base_dir)
-    vllm = Side(vl_url, tree_pids(proc.pid))
-    results: dict = {"blocks": args.blocks, "per_block": args.per_block, "c8_blocks": args.c8_blocks,
-                     "c8_per_block": args.c8_per_block, "variants": {}}
-    try:
-        results["idle_cpu_cores_vllm_alone"] = idle_cpu()
-        for variant in args.variants.split(","):
-            results["variants"][variant] = run_variant(variant, assets, vllm, image, args)
+    results: dict = {"commit": git_commit(), "command": " ".join(["benchmarks/paired_ab.py", *sys.argv[1:]]),
+                     "machine": {"cpus": os.cpu_count()}, "runs": args.runs, "blocks": args.blocks,
+                     "per_block": args.per_block, "c8_blocks": args.c8_blocks, "c8_per_block": args.c8_per_block,
+                     "variants": {}}
+    t0 = time.monotonic()
+    for variant in args.variants.split(","):
+        runs = results["variants"].setdefault(variant, {"runs": []})["runs"]
+        for _ in range(args.runs):
+            runs.append(run_variant(variant, assets, image, args))
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=2) + "\n")
-    finally:
-        stop_vllm(proc, logf)
-    summary = {v: {"c1_p50_added_pct": r["c1"]["p50_added_pct"], "c1_median_block_ratio": r["c1"]["median_block_ratio"],
-                   "c8_median_block_ratio": r["c8"]["median_block_ratio"]} for v, r in results["variants"].items()}
-    results["summary"] = summary
+        results["variants"][variant]["pooled"] = pooled(runs)
+    results["summary"] = {v: r["pooled"] for v, r in results["variants"].items()}
+    results["bench_wall_s"] = round(time.monotonic() - t0)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    log.info("summary %s", json.dumps(summary))
+    log.info("summary %s", json.dumps(results["summary"]))
     return 0
 
 

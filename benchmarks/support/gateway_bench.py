@@ -11,8 +11,9 @@ Run as a script, it measures one thing at a time, in a fixed order (the machine 
    ``adapters_per_replica`` 8 (= vLLM ``max_loras`` 8): time to ready and memory, then latency p50/p95 and throughput at
    concurrency 1, 8, 32 on the base model; adapter cold load (pushed to S3, then the first streamed
    token); a block of requests for one adapter, then a block mixing 8 adapters, at concurrency 8;
-2. ``python -m vllm.entrypoints.openai.api_server`` with the same engine arguments: time to
-   ready, memory and the same latency/throughput runs.
+2. ``python -m vllm.entrypoints.openai.api_server`` with the same engine settings (``vllm_launch``:
+   engine arguments, engine env, core split, niceness): time to ready, memory and the same
+   latency/throughput runs.
 
 Because the parts run one after another, the machine's drift between them enters every ratio it
 prints; ``paired_ab.py`` (gateway against vLLM) and ``lora_parity.py`` (8 adapters mixed against
@@ -162,20 +163,13 @@ def background_load(exclude_sids: list[int]) -> dict:
     return {"loadavg_1m": round(os.getloadavg()[0], 2), "foreign_cpu_hogs": hogs}
 
 
-def start_gateway(assets, name: str, layout: str | None = None, ingress: str | None = None,
-                  env: dict[str, str] | None = None, engine_env: dict[str, str | None] | None = None,
-                  lora: dict | None = None, allocator: str | None = None, base: dict | None = None,
-                  cpu_affinity: str | None = None):
-    """The embedded stack (fresh ``MAZE_HOME``, 8 adapters per replica) in ``layout`` with ``ingress``
-    (default: the embedded config's), once ready: (config, base_url, seconds to ready). ``env``
-    reaches the Ray processes only (``ray start`` inherits this process's environment, which is
-    restored afterwards); ``engine_env`` changes the config's ``env`` for the engine processes (None
-    removes a variable); ``lora`` changes fields of the config's ``lora`` section; ``allocator``
-    replaces the config's, and ``cpu_affinity``; ``base`` changes fields of its base model. Stop it with
-    ``serving.local.embedded.down()``."""
-    from serving.local import embedded
-
-    os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix=f"{name}-")
+def variant_config(assets, name: str, layout: str | None = None, ingress: str | None = None,
+                   engine_env: dict[str, str | None] | None = None, lora: dict | None = None,
+                   allocator: str | None = None, base: dict | None = None, cpu_affinity: str | None = None):
+    """The embedded config on free ports (8 adapters per replica) with one benchmark variant's
+    changes: ``engine_env`` changes its engine ``env`` (None removes a variable), ``lora`` fields of
+    its ``lora`` section, ``allocator`` and ``cpu_affinity`` replace its own, ``base`` changes fields
+    of its base model. Both sides of a comparison are built from it."""
     cfg = stack_config(assets.base_dir, name=name, resolve_ttl_s=5.0, adapters_per_replica=8, layout=layout,
                        ingress=ingress)
     if engine_env:
@@ -189,6 +183,19 @@ def start_gateway(assets, name: str, layout: str | None = None, ingress: str | N
         cfg = cfg.model_copy(update={"cpu_affinity": cpu_affinity})
     if base:
         cfg = cfg.model_copy(update={"base_models": [cfg.base_models[0].model_copy(update=base)]})
+    return cfg
+
+
+def start_gateway(assets, name: str, layout: str | None = None, ingress: str | None = None,
+                  env: dict[str, str] | None = None, cfg=None, **changes):
+    """The embedded stack (fresh ``MAZE_HOME``) for ``cfg`` (default: :func:`variant_config` of
+    ``changes``), once ready: (config, base_url, seconds to ready). ``env`` reaches the Ray processes
+    only (``ray start`` inherits this process's environment, which is restored afterwards). Stop it
+    with ``serving.local.embedded.down()``."""
+    from serving.local import embedded
+
+    os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix=f"{name}-")
+    cfg = cfg or variant_config(assets, name, layout, ingress, **changes)
     env = env or {}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -246,22 +253,53 @@ def bench_gateway(assets, image: str, quick: bool, layout: str | None = None, in
     return out
 
 
-def start_vllm(base_dir: Path) -> tuple[subprocess.Popen, str, object]:
-    """``vllm.entrypoints.openai.api_server`` with the gateway's engine arguments (the shipped
-    embedded config's LoRA limits, so it could serve the same rank-64 adapters), once healthy:
-    (process, base_url, log file)."""
-    from serving.config import ServingConfig
+# Ray starts its workers (the replica, and so its engine) at this niceness unless RAY_worker_niceness says otherwise.
+RAY_WORKER_NICENESS = 15
 
-    lora = ServingConfig.shipped("embedded").lora
+
+def vllm_launch(cfg, ray_env: dict[str, str] | None = None) -> dict:
+    """What the gateway gives its engine, as vLLM's own api_server takes it, so that a comparison
+    measures the gateway and not its settings: every engine argument of the base model's LLMConfig
+    (max_model_len, dtype, eager mode, the image cache, the LoRA limits, the worker extension with
+    the grouped CPU LoRA kernels, the mp executor Ray Serve LLM uses on CPU), the engine env (the
+    allocator's LD_PRELOAD, the worker's core binding), the core split (applied once it is up) and
+    Ray's niceness. Returns {"args", "env", "split", "niceness"}."""
+    from serving.app import llm_config_dicts
+    from serving.engine import plan_core_split
+
+    cfg, split = plan_core_split(cfg)
+    llm = llm_config_dicts(cfg)[0]
+    kwargs = {**llm["engine_kwargs"], "distributed_executor_backend": "mp"}
+    args: list[str] = []
+    for key, value in kwargs.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            args += [flag] if value else [f"--no-{key.replace('_', '-')}"]
+        else:
+            args += [flag, str(value)]
+    env = {k: v for k, v in llm["runtime_env"]["env_vars"].items() if not k.startswith("AWS_")}
+    niceness = int((ray_env or {}).get("RAY_worker_niceness", RAY_WORKER_NICENESS))
+    return {"args": args, "env": env, "split": split, "niceness": niceness}
+
+
+def start_vllm(base_dir: Path, cfg=None, ray_env: dict[str, str] | None = None
+               ) -> tuple[subprocess.Popen, str, object]:
+    """``vllm.entrypoints.openai.api_server`` on ``base_dir`` with the engine settings of ``cfg`` (default:
+    the shipped embedded config's) given as :func:`vllm_launch` gives them, once healthy:
+    (process, base_url, log file)."""
+    from serving.engine import pin_session
+
+    if cfg is None:
+        cfg = stack_config(base_dir, name="maze-bench-vllm", adapters_per_replica=8)
+    launch = vllm_launch(cfg, ray_env)
     port = free_port()
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(base_dir),
-           "--served-model-name", "maze-tiny", "--host", "127.0.0.1", "--port", str(port),
-           "--max-model-len", "4096", "--enable-lora", "--max-lora-rank", str(lora.max_rank),
-           "--max-loras", str(lora.adapters_per_replica), "--enforce-eager", "--dtype", "float32"]
+    cmd = ["nice", "-n", str(launch["niceness"]), sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+           "--model", str(base_dir), "--served-model-name", "maze-tiny", "--host", "127.0.0.1", "--port", str(port),
+           *launch["args"]]
     logf = open(Path(tempfile.gettempdir()) / "maze-bench-vllm.log", "wb")  # noqa: SIM115 - closed in stop_vllm
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+    env = {**os.environ, **launch["env"], "PYTHONPATH": str(ROOT)}  # the worker extension is the project's
+    proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     try:
         while True:
             try:
@@ -272,6 +310,11 @@ def start_vllm(base_dir: Path) -> tuple[subprocess.Popen, str, object]:
             if proc.poll() is not None or time.monotonic() - t0 > 600:
                 raise RuntimeError(f"vLLM api_server did not start; see {logf.name}")
             time.sleep(0.5)
+        if launch["split"] is not None:  # as `up` does for the gateway's session once its engine is up
+            import psutil
+
+            pids = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children(recursive=True))]
+            pin_session(pids, launch["split"])
     except BaseException:
         stop_vllm(proc, logf)
         raise
