@@ -7,8 +7,9 @@ every core, the worker's included, and Ray starts the replica (and so the engine
 any of those processes that wakes on the worker's core takes it from a forward pass, and the
 engine's two busy-waiting processes (worker and engine core) then wait on each other longer. With
 'split' the worker keeps its cores and every other process of the stack's Ray session moves to the
-remaining ones. On 2 cores the gateway then serves more requests a second at concurrency 8 than
-plain vLLM, and fewer without it (docs/benchmarks.md, paired_ab).
+remaining ones. It is an engine setting like any other: plain vLLM gets the same split with
+``taskset``-style pinning, and benchmarks/paired_ab.py measures its effect on both sides
+(docs/benchmarks.md).
 
 Processes Ray starts later (a replica Serve restarts) inherit the placement from the raylet that
 forks them; such a replica starts its engine on every core and moves back once it is up
