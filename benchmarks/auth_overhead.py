@@ -159,6 +159,9 @@ def main() -> None:
     result = {"what": "gateway overhead of scoped keys + every per-key limit + usage vs auth off; paired, interleaved, "
                       "through Serve's proxy to the gateway's real app with a stand-in engine route",
               "cpus": os.cpu_count(), "rounds": rounds, "pooled": summary(pooled["open"], pooled["keys"], pooled["diffs"])}
+    from benchmarks.support.provenance import provenance
+
+    result.update(provenance([__file__, *sys.argv[1:]]))  # a stand-in engine: no engine settings
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["pooled"], indent=2))
     import ray

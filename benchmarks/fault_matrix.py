@@ -40,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.support.provenance import engine_settings, provenance  # noqa: E402
 from benchmarks.support.stack import dev_assets, stack_config  # noqa: E402
 
 KEY = "sk-fault-matrix-admin-0001"
@@ -363,17 +364,8 @@ def run() -> dict:
                                       "resolve_ttl_s": cfg.adapters.resolve_ttl_s,
                                       "stale_if_error_s": cfg.adapters.stale_if_error_s,
                                       "auth": "key file (reload_s 2), limits in Redis, on_error open",
-                                      "results_db": "PostgreSQL" if pg else None, "eval_seeds": EVAL_SEEDS}}
-
-
-def git_commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-
-    try:
-        return git("rev-parse", "--short", "HEAD") + ("+uncommitted" if git("status", "--porcelain") else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+                                      "results_db": "PostgreSQL" if pg else None, "eval_seeds": EVAL_SEEDS},
+            "engine": engine_settings(cfg)}
 
 
 def markdown_table(results: dict) -> str:
@@ -406,7 +398,7 @@ def main() -> int:
     t0 = time.monotonic()
     out = run()
     out["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
-    out["commit"], out["command"] = git_commit(), " ".join(["benchmarks/fault_matrix.py", *sys.argv[1:]])
+    out.update(provenance([__file__, *sys.argv[1:]], out.pop("engine")))
     out["bench_wall_s"] = round(time.monotonic() - t0, 1)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(markdown_table(out))

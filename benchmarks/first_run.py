@@ -97,6 +97,12 @@ def main() -> int:
             print(json.dumps(results["fresh_clone"]), file=sys.stderr)
         results["checkout"] = warm_and_cold(Path(sys.executable).parent, ROOT, Path(tmp) / "home", log)
     results.pop("log")
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.support.provenance import engine_settings, provenance
+    from serving.config import ServingConfig
+
+    # `maze-serve up` and `make eval` start the shipped embedded config.
+    results.update(provenance([__file__, *sys.argv[1:]], engine_settings(ServingConfig.shipped("embedded"))))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

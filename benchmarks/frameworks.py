@@ -16,10 +16,12 @@ import argparse
 import json
 import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.support.provenance import engine_settings, provenance
 from benchmarks.support.stack import dev_assets, stack_config
 from evaluation import EvalConfig, Store, evaluate
 from tests.maze_gateway.venvs import inspect_eval, inspect_log, inspect_outcomes, vf_episodes, vf_eval, vf_outcomes
@@ -84,7 +86,7 @@ def run(seeds: str) -> dict:
     cfg = stack_config(assets.base_dir, name="frameworks-bench", auth_env=KEY_ENV)
     t0 = time.monotonic()
     url = embedded.up(cfg, adapters=assets.shipped)
-    out: dict = {"time_to_ready_s": round(time.monotonic() - t0, 1), "models": {}}
+    out: dict = {"time_to_ready_s": round(time.monotonic() - t0, 1), "models": {}, "engine": engine_settings(cfg)}
     try:
         for model, adapter in MODELS.items():
             work = Path(home) / (adapter or "base")
@@ -106,6 +108,7 @@ def main() -> int:
                            "tools": ["maze-eval", "inspect eval maze_gateway/maze", "vf-eval maze-gateway"]},
               **run(args.seeds)}
     result["bench_wall_s"] = round(time.monotonic() - t0, 1)
+    result.update(provenance([__file__, *sys.argv[1:]], result.pop("engine")))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

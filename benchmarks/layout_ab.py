@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.support import cpu_account
 from benchmarks.support.gateway_bench import maze_png_url, run_load, start_gateway, start_vllm, stop_vllm
+from benchmarks.support.provenance import engine_settings, provenance
 from benchmarks.support.stack import dev_assets
 
 log = logging.getLogger("layout_ab")
@@ -129,6 +130,12 @@ def main() -> int:
             args.out.write_text(json.dumps({"runs": runs, "summary": summary(runs)}, indent=2) + "\n")
     result = {"machine": {"cpus": os.cpu_count()}, "model": str(assets.base_dir),
               "request": "chat, one 175x175 PNG, 8 tokens, ignore_eos", "runs": runs, "summary": summary(runs)}
+    from serving.config import ServingConfig
+
+    # Every target runs the shipped engine settings; its layout and ingress are the target's own (runs).
+    shipped = engine_settings(ServingConfig.shipped("embedded"))
+    result.update(provenance([__file__, *sys.argv[1:]],
+                             {k: v for k, v in shipped.items() if k not in ("layout", "ingress")}))
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["summary"], indent=2))
     return 0

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent.config import EndpointConfig, RunnerConfig, SamplingParams
 from agent.runner import run_endpoint_async
+from benchmarks.support.provenance import engine_settings, provenance
 from benchmarks.support.stack import dev_assets, stack_config
 
 log = logging.getLogger("lora_parity")
@@ -141,7 +142,8 @@ def run(args) -> dict:
     cfg = cfg.model_copy(update={"lora": cfg.lora.model_copy(update={"cpu_kernels": args.cpu_kernels})})
     t0 = time.monotonic()
     url = embedded.up(cfg, adapters=assets.shipped)
-    out: dict = {"cpu_kernels": args.cpu_kernels, "time_to_ready_s": round(time.monotonic() - t0, 1)}
+    out: dict = {"cpu_kernels": args.cpu_kernels, "time_to_ready_s": round(time.monotonic() - t0, 1),
+                 "engine": engine_settings(cfg)}
     base, adapter = cfg.base_models[0].id, f"{cfg.base_models[0].id}:{ADAPTER}"
     try:
         asyncio.run(block(url, [base, adapter], [0, 1], 2))  # warm-up: adapter load, first multimodal requests
@@ -190,6 +192,7 @@ def main() -> int:
               **run(args)}
     result["targets"] = {"adapter_to_base_min": 0.8, "mixed_to_one_min": 0.8, "eval_64_adapter_wall_s_max": 90}
     result["bench_wall_s"] = round(time.monotonic() - t0, 1)
+    result.update(provenance([__file__, *sys.argv[1:]], result.pop("engine")))
     out = args.out or ROOT / "benchmarks" / "results" / (
         "lora_parity.json" if args.cpu_kernels == "grouped" else f"lora_parity_{args.cpu_kernels}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

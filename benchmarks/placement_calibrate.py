@@ -44,6 +44,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.support.provenance import engine_settings, provenance  # noqa: E402
 from benchmarks.support.stack import dev_assets, stack_config  # noqa: E402
 
 log = logging.getLogger("placement_calibrate")
@@ -245,7 +246,8 @@ def run(args) -> dict:
         embedded.down()
     return {"time_to_ready_s": ready, "stack": {"layout": cfg.layout, "ingress": cfg.ingress,
                                                 "adapters_per_replica": cfg.lora.adapters_per_replica,
-                                                "cpu_kernels": cfg.lora.cpu_kernels}, **out}
+                                                "cpu_kernels": cfg.lora.cpu_kernels},
+            **provenance([__file__, *sys.argv[1:]], engine_settings(cfg)), **out}
 
 
 def main() -> int:

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.support.placement_model import HOT, Cluster, EngineCosts, Policy, Simulation, make_requests  # noqa: E402
+from benchmarks.support.provenance import provenance  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 CALIBRATION = RESULTS / "placement_calibration.json"
@@ -374,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     except SimError as exc:
         print(f"placement_sim: {exc}", file=sys.stderr)
         return 2
+    result.update(provenance([__file__, *(sys.argv[1:] if argv is None else argv)]))  # a model: no engine
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     plot(result, args.out.with_suffix(".png"))

@@ -186,6 +186,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix="maze-recovery-")
     sys.path.insert(0, str(ROOT))  # run as a script: the repo's packages first
+    from benchmarks.support.provenance import engine_settings, provenance
     from benchmarks.support.stack import cluster_stack_config
     from serving.local import cluster
     from serving.local.embedded import RAY_ENV
@@ -201,7 +202,8 @@ def main() -> None:
         client.chat.completions.create(model=ADAPTER, messages=messages, max_tokens=4, temperature=0)  # warm
         result = {"cluster": {"workers": 2, "up_s": round(up_s, 1), "layout": cfg.layout, "replicas": "1..2",
                               "routing": cfg.routing.model_dump(mode="json"), "machine_cpus": os.cpu_count()},
-                  "routing": routing(state, client, messages)}
+                  "routing": routing(state, client, messages),
+                  **provenance([__file__, *sys.argv[1:]], engine_settings(cfg))}
         OUT.write_text(json.dumps(result, indent=2) + "\n")  # kept if the recovery part fails
         result["recovery"] = recovery(state, client, messages, args.load)
     finally:

@@ -15,6 +15,7 @@ import json
 import logging
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -72,12 +73,21 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds": seconds,
         "median_s": med,
         "speedup_uncached_over_cached": round(med["uncached"] / med["cached"], 2),
+        # HF transformers in this process: no serving engine.
+        **_provenance(argv),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     log.info("speed-up x%.2f (uncached %.1fs, cached %.1fs); %d/%d episodes identical",
              result["speedup_uncached_over_cached"], med["uncached"], med["cached"], same, args.episodes)
     return result
+
+
+def _provenance(argv: list[str] | None) -> dict:
+    sys.path.insert(0, str(MODELS.parent))  # run as a script: benchmarks/ is not an installed package
+    from benchmarks.support.provenance import provenance
+
+    return provenance([__file__, *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

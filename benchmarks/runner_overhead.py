@@ -14,6 +14,7 @@ import base64
 import json
 import logging
 import platform
+import sys
 import time
 import timeit
 from pathlib import Path
@@ -127,6 +128,10 @@ def main() -> None:
     ip = result["in_process"]
     result["target"] = {"per_turn_p50_ms_max": 1.0, "met": ip["per_turn_p50_ms"] <= 1.0}
     result["http_vs_in_process_p50_ratio"] = result["http"][0]["request_p50_ms"] / ip["per_turn_p50_ms"]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks/ is not installed
+    from benchmarks.support.provenance import provenance
+
+    result.update(provenance([__file__, *sys.argv[1:]]))  # the runner against a scripted server: no engine
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     log.info(json.dumps(result, indent=2))

@@ -196,6 +196,7 @@ def main() -> int:
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
 
+    from benchmarks.support.provenance import engine_settings, provenance
     from serving.engine import allocator_env
     from serving.local import embedded
 
@@ -235,7 +236,8 @@ def main() -> int:
     out = {"benchmark": "soak", "model": model, "concurrency": args.concurrency, "duration_s": args.duration_s,
            "max_turns": args.max_turns, "history": args.history, "mm_cache_gb": mm_cache_gb, "engine_kwargs": engine_kwargs, "env": engine_env,
            "cpu_affinity": state.config["cpu_affinity"] if state else None, "loadavg_1m_end": round(os.getloadavg()[0], 2),
-           "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, **result}
+           "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, **result,
+           **provenance([__file__, *sys.argv[1:]], engine_settings(cfg, engine_env) if started else None)}
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "replica"} | {
         "replica": {k: v for k, v in result["replica"].items() if k != "samples"}}, indent=2))

@@ -174,6 +174,12 @@ def main() -> None:
         "commands": [" ".join(up), " ".join(ray_cmd), " ".join(submit), " ".join(watch)],
         "watch_output": [f"{t:7.1f}s  {line}" for t, line in lines],
     }
+    sys.path.insert(0, str(ROOT))  # run as a script: benchmarks/ is not an installed package
+    from benchmarks.support.provenance import engine_settings, provenance
+    from serving.config import ServingConfig
+
+    result.update(provenance([__file__, *sys.argv[1:]],
+                             engine_settings(ServingConfig.model_validate(yaml.safe_load(serving.read_text())))))
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     _say(f"served curve {[(p['step'], p['served_solved']) for p in points]}; wrote {args.out}")
 
