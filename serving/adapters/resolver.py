@@ -5,6 +5,13 @@ keyed by content, so a re-pushed adapter is served fresh and a half-uploaded one
 invisible. Successes are cached for ``resolve_ttl_s`` (so a request does not pay an S3 GET);
 "not found" is never remembered, so an adapter pushed a moment ago takes effect on the next request.
 
+A move of a name already cached (a push over it, a promote, a rollback, a canary) is seen when its
+entry expires, up to ``resolve_ttl_s`` later, unless the move went through this gateway: its
+management routes hand the moved ref to :meth:`AdapterResolver.remember` (and a removal to
+:meth:`~AdapterResolver.forget`), and the next request is served by the new version. A read of the
+name that was in flight when such a move landed (it may have read the ref before the move) answers
+its own callers and is not cached.
+
 While S3 cannot be reached, a name read successfully within ``stale_if_error_s`` keeps resolving to
 the version last read (a stale answer), so the adapters a replica already holds keep serving through
 a short outage; the store is asked again at most once a second per name, and the first successful
@@ -53,6 +60,8 @@ class AdapterResolver:
         self._down: set[str] = set()  # names answered stale since S3 failed (logged once per outage)
         self._store_down = False  # the last read failed (the outage is logged once, with its cause)
         self._inflight: dict[str, asyncio.Task[AdapterRef]] = {}
+        # plain name -> moves remembered or forgotten: a read begun before the latest is not cached
+        self._moves: dict[str, int] = {}
 
     async def resolve(self, name: str, version: str | None = None) -> AdapterRef:
         """The current version of ``name``, or its explicit ``version`` when given.
@@ -71,12 +80,15 @@ class AdapterResolver:
         if task is None:
             task = asyncio.create_task(self._fetch(name))
             self._inflight[name] = task
-            task.add_done_callback(lambda _: self._inflight.pop(name, None))
+            # Only its own entry: a move may have replaced it with a read started after the move.
+            task.add_done_callback(lambda done: self._inflight.pop(name, None) if self._inflight.get(name) is done
+                                   else None)
         # shield: one caller giving up (client disconnect) must not cancel the others' read.
         return await asyncio.shield(task)
 
     async def _fetch(self, name: str) -> AdapterRef:
         start = time.perf_counter()
+        moves = self._moves.get(_plain(name), 0)
         try:
             if "@" in name:
                 ref = await asyncio.to_thread(self.store.resolve_version, *name.split("@", 1))
@@ -92,16 +104,20 @@ class AdapterResolver:
             return self._stale_or_raise(name, exc)
         metric("resolve_latency").observe(time.perf_counter() - start)
         metric("resolutions").inc(tags={"result": "miss"})
-        now = time.monotonic()
         if self._store_down:
             self._store_down = False
             log.warning("adapter store readable again")
+        if self._moves.get(_plain(name), 0) == moves:
+            self._keep(name, ref)
+        return ref
+
+    def _keep(self, name: str, ref: AdapterRef) -> None:
+        now = time.monotonic()
         self._down.discard(name)
         if self.stale_s > 0:
             self._known[name] = (now, ref)
         if self.ttl_s > 0:
             self._cache[name] = _Cached(now + self.ttl_s, ref)
-        return ref
 
     def _stale_or_raise(self, name: str, exc: AdapterStoreUnavailable) -> AdapterRef:
         """The version last read for ``name`` while it is younger than ``stale_if_error_s``; else a 503."""
@@ -120,7 +136,29 @@ class AdapterResolver:
         self._cache[name] = _Cached(min(now + STALE_RETRY_S, read_at + self.stale_s), ref, stale=True)
         return ref
 
+    def remember(self, ref: AdapterRef) -> None:
+        """Resolve ``ref.name`` to ``ref`` from now on, as if just read: the ref a move made through this
+        gateway left (push, promote, rollback, canary, abort), so the move is served from the next
+        request instead of when the cached entry expires."""
+        self._moved(ref.name)
+        self._keep(ref.name, ref)
+
     def forget(self, name: str) -> None:
-        """Drop a cached resolution, stale ones included (e.g. after its version failed to load)."""
-        self._cache.pop(name, None)
-        self._known.pop(name, None)
+        """Drop a cached resolution, stale ones included (e.g. after its version failed to load); for a
+        plain name (its removal), its explicit ``name@version`` entries too."""
+        self._moved(_plain(name))
+        keys = [name] if "@" in name else [k for k in {*self._cache, *self._known} if _plain(k) == name]
+        for key in keys:
+            self._cache.pop(key, None)
+            self._known.pop(key, None)
+
+    def _moved(self, name: str) -> None:
+        """A move of ``name`` landed: reads in flight may predate it, so they are neither joined nor cached."""
+        self._moves[name] = self._moves.get(name, 0) + 1
+        for key in [k for k in self._inflight if _plain(k) == name]:
+            del self._inflight[key]
+
+
+def _plain(key: str) -> str:
+    """The adapter name of a cache key (``name`` or ``name@version``)."""
+    return key.partition("@")[0]

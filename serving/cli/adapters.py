@@ -61,7 +61,10 @@ def adapters_list(ctx: click.Context, as_json: bool) -> None:
               "serving this percent of its sessions (see `adapters canary`)")
 @click.pass_context
 def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, force: bool, weight: str | None) -> None:
-    """Validate FOLDER (a peft LoRA) and publish it atomically as NAME."""
+    """Validate FOLDER (a peft LoRA) and publish it atomically as NAME.
+
+    A gateway serves it within its adapters.resolve_ttl_s; through --gateway, that gateway from its
+    next request."""
     cfg = config_of(ctx)
     spec = cfg.base(base) if base else cfg.base_models[0]
     if spec is None:
@@ -89,7 +92,8 @@ def adapters_rm(ctx: click.Context, name: str) -> None:
 @click.option("--force", is_flag=True, help="promote a version whose recorded parity check failed")
 @click.pass_context
 def adapters_promote(ctx: click.Context, target: str, force: bool) -> None:
-    """Point NAME at VERSION (any version ever pushed under NAME); served within the resolver's TTL.
+    """Point NAME at VERSION (any version ever pushed under NAME); served within the gateway's
+    adapters.resolve_ttl_s (through --gateway: by that gateway from its next request).
 
     NAME alone promotes its running canary (which then ends). A version whose recorded parity check
     failed is refused (exit 4) unless --force; a version never checked is not."""

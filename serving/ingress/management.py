@@ -18,6 +18,13 @@ found``). A name with a control character is a 400 (the store's name pattern let
 newline through into an S3 key). An upload is read as a stream bounded in decompressed bytes
 (``limits.max_upload_bytes``) and members (:data:`MAX_UPLOAD_MEMBERS`).
 
+A move made here (push, canary, promote, abort, rollback, remove) is served from the next request
+this gateway replica answers: its resolver takes the ref the move left instead of waiting for its
+cached entry to expire (``AdapterResolver.remember``); other gateway replicas, and moves written to
+S3 directly (``maze-serve adapters`` without ``--gateway``), within ``adapters.resolve_ttl_s``. Where
+the engine runs in this replica (the colocated layout), the versions the name now serves are loaded
+ahead of that request if the name is in use there (``serving.placement.follow``).
+
 With auth off (the embedded default on 127.0.0.1) every route is open, as the store itself is to
 whoever holds its credentials. ``maze-serve adapters --gateway URL ...`` and ``maze-serve usage``
 call these routes.
@@ -41,7 +48,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.adapters import CONFIG, WEIGHTS, AdapterStore, split_model_name
+from serving.adapters import CONFIG, WEIGHTS, AdapterRef, AdapterStore, split_model_name
 from serving.auth import current, visible
 from serving.config import ServingConfig
 from serving.errors import (
@@ -134,6 +141,38 @@ def _may_push(request: Request, name: str) -> None:
 
 def _ref(ref) -> dict[str, Any]:
     return dataclasses.asdict(ref)
+
+
+def _ingress() -> Any | None:
+    """The ingress object of the Serve replica answering (its resolver; in the colocated layout its
+    engine's server too), as Ray binds the ingress's own routes; None outside a replica."""
+    try:
+        from ray import serve
+
+        return serve.get_replica_context().servable_object
+    except Exception:  # noqa: BLE001 - RayServeException: the app runs outside a Serve replica
+        return None
+
+
+def _served(ref: AdapterRef) -> dict[str, Any]:
+    """A move's answer, once this replica serves it (see the module docstring)."""
+    ingress = _ingress()
+    resolver = getattr(ingress, "resolver", None)
+    if resolver is not None:
+        resolver.remember(ref)
+    server = getattr(ingress, "server", None)  # the colocated layout's engine
+    if server is not None:
+        from serving.placement.follow import preload_moved
+
+        preload_moved(server, ref)
+    return _ref(ref)
+
+
+def _removed(ref: AdapterRef) -> dict[str, Any]:
+    resolver = getattr(_ingress(), "resolver", None)
+    if resolver is not None:
+        resolver.forget(ref.name)
+    return _ref(ref)
 
 
 # -- usage ----------------------------------------------------------------------------------------
@@ -301,14 +340,14 @@ async def push_adapter(request: Request, name: str,
         ref = await asyncio.to_thread(_store(cfg).push, folder, name, base=spec.id, base_source=spec.source,
                                       max_rank=cfg.lora.max_rank, force=force, canary=canary,
                                       vision_tower=cfg.lora.vision_tower)
-    return _ref(ref)
+    return _served(ref)
 
 
 @router.post("/v1/adapters/{name}/canary", dependencies=[_may("canary")])
 async def canary_adapter(request: Request, name: str, body: CanaryBody):
     cfg = _config(request)
     split_name(f"{plain_name(name)}@{body.version}")
-    return _ref(await asyncio.to_thread(_store(cfg).canary, name, body.version, body.weight))
+    return _served(await asyncio.to_thread(_store(cfg).canary, name, body.version, body.weight))
 
 
 @router.post("/v1/adapters/{name}/promote", dependencies=[_may("promote")])
@@ -316,14 +355,15 @@ async def promote_adapter(request: Request, name: str, body: PromoteBody | None 
     cfg = _config(request)
     version, force = (body.version, body.force) if body is not None else (None, False)
     split_name(plain_name(name) if version is None else f"{plain_name(name)}@{version}")
-    return _ref(await asyncio.to_thread(_store(cfg).promote, name, version, force=force))
+    return _served(await asyncio.to_thread(_store(cfg).promote, name, version, force=force))
 
 
 async def _move(request: Request, name: str, method: str) -> dict[str, Any]:
     """A move that takes only the adapter's name (its right checked by the route's dependency):
     ``AdapterStore.<method>``."""
     cfg = _config(request)
-    return _ref(await asyncio.to_thread(getattr(_store(cfg), method), plain_name(name)))
+    ref = await asyncio.to_thread(getattr(_store(cfg), method), plain_name(name))
+    return _removed(ref) if method == "remove" else _served(ref)
 
 
 @router.post("/v1/adapters/{name}/abort", dependencies=[_may("abort")])

@@ -3,8 +3,9 @@
 :class:`AdapterSpreadRouter` (the LLM deployment's Ray Serve request router) keeps an adapter's
 requests on the replicas that hold it and spreads a hot one; :class:`PlacementStore` keeps pins
 and each replica's report beside the adapter store's refs; :func:`run_placement` is the task of
-an LLM replica that loads pinned adapters and reports what it holds. The router loads Ray
-Serve's router internals on first use: building the app names it by :data:`ROUTER_PATH`.
+an LLM replica that loads pinned adapters and reports what it holds; :mod:`~serving.placement.follow`
+loads a name's new version ahead of its first request after a move through a colocated gateway. The
+router loads Ray Serve's router internals on first use: building the app names it by :data:`ROUTER_PATH`.
 """
 
 from typing import TYPE_CHECKING
