@@ -94,6 +94,8 @@ def llm_config_dicts(cfg: ServingConfig) -> list[dict[str, Any]]:
             "runtime_env": {"env_vars": env},
             "server_cls": SERVER_CLS_PATH,
         }
+        if cfg.stream_batching_ms is not None:
+            llm["experimental_configs"] = {"stream_batching_interval_ms": cfg.stream_batching_ms}
         if cfg.device == "cpu":
             llm["accelerator_config"] = {"kind": "cpu"}
         elif cfg.accelerator_type:

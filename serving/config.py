@@ -444,6 +444,15 @@ class ServingConfig(_Model):
         default_factory=list,
         description="import paths 'module:attr' of FastAPI APIRouters mounted on the gateway (same auth and limits)",
     )
+    stream_batching_ms: float | None = Field(
+        None, ge=0,
+        description=(
+            "Ray Serve LLM's stream batching interval (LLMConfig experimental_configs stream_batching_interval_ms): "
+            "a replica sends a stream's chunks together every this many ms, so a first token waits up to one "
+            "interval before it leaves (the Server-Timing header's `batch`). 0: each chunk leaves as it comes; "
+            "None: Ray's default (50 ms)"
+        ),
+    )
 
     @field_validator("extensions")
     @classmethod

@@ -144,7 +144,7 @@ ROOM_RULES = {
     "auth": set(),
     "placement": {"adapters"},
     "engine": {"adapters", "placement"},
-    "ingress": {"adapters", "auth", "engine"},
+    "ingress": {"adapters", "auth", "engine", "placement"},
     "parity": {"adapters"},
     "local": {"adapters", "engine", "ingress", "app"},
     "cli": {"adapters", "placement", "parity", "local", "k8s"},

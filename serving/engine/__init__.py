@@ -6,13 +6,15 @@ registration per adapter, the per-replica adapter LRU with pins (:class:`PinnedL
 installed by the worker extension :mod:`~serving.engine.lora_worker`;
 :mod:`~serving.engine.lora_coverage` asks the engine which of an adapter's modules it applied;
 :mod:`~serving.engine.cpu_affinity` splits the cores between the engine's worker and everything
-else; :mod:`~serving.engine.allocator` picks the engine processes' malloc. The engine-bound
-classes import vLLM on first use; building the app names them by their import paths.
+else; :mod:`~serving.engine.allocator` picks the engine processes' malloc;
+:mod:`~serving.engine.replica_timing` is the replica's part of the ``Server-Timing`` header. The
+engine-bound classes import vLLM on first use; building the app names them by their import paths.
 """
 
 from typing import TYPE_CHECKING
 
 from serving import lazy_exports
+from serving.engine import replica_timing
 from serving.engine.allocator import FALLBACK_ENV, allocator_env, describe_allocator, find_jemalloc
 from serving.engine.cpu_affinity import (
     BIND_ENV,
@@ -44,4 +46,4 @@ __getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on f
 __all__ = ["BIND_ENV", "COVERAGE_EXTENSION_PATH", "FALLBACK_ENV", "SERVER_CLS_PATH", "WORKER_EXTENSION_PATH", "CoreSplit", "GatewayLLMServer",
            "GroupedLoraWorkerExtension", "LoraCoverageExtension", "PinnedLRU", "VerifiedLoraLoader", "allocator_env", "bound_cores",
            "describe_allocator", "engine_start", "find_jemalloc", "pin_session", "plan_core_split", "refusal",
-           "split_cores"]
+           "replica_timing", "split_cores"]

@@ -29,6 +29,10 @@ three changes (:class:`PinnedLRU`): pinned names (``serving.placement``) are nev
 loaded on every replica without waiting for a request; an evicted adapter is removed from the
 engine too, so what Ray routes by and what vLLM holds stay the same set; and each replica reports
 what it holds (last use, pinned) to the store and in its metrics.
+
+Each chat and completions request is timed on the replica for the ingress's ``Server-Timing``
+header (adapter load, vLLM's first-token instant, the first item out); the parts leave with the
+request's first item (:mod:`serving.engine.replica_timing`).
 """
 
 from __future__ import annotations
@@ -58,9 +62,11 @@ from serving.errors import (
     AdapterStoreUnavailable,
     ServingError,
 )
+from serving.engine import replica_timing
 from serving.metrics import metric
 
 log = logging.getLogger(__name__)
+TIMED_METHODS = frozenset({"chat", "completions"})  # the token routes: their first item carries the replica's parts
 
 
 class VerifiedLoraLoader(LoraModelLoader):
@@ -209,6 +215,9 @@ class GatewayLLMServer(LLMServer):
     async def start(self):
         with cpu_affinity.engine_start():  # a replica Serve restarted after `up` moved the session
             await super().start()
+        client = getattr(self.engine, "_engine_client", None)
+        if client is not None:  # each request's first-token instant, for its Server-Timing parts
+            replica_timing.time_first_token(client)
         await self._check_tower_lora()
         if self._lru is not None and self._llm_config.lora_config is not None:
             from serving.placement import run_placement
@@ -217,6 +226,29 @@ class GatewayLLMServer(LLMServer):
 
     def placement_changed(self) -> None:
         self.placement_dirty = True
+
+    async def _run_request(self, request, *, engine_method: str, batch_output_stream: bool = False,
+                           raw_request_info=None):
+        """Ray's request run, timed for the ingress's ``Server-Timing`` header on the token routes: the
+        adapter load, the first token and the first item out, sent back with that item
+        (:mod:`serving.engine.replica_timing`)."""
+        run = {"engine_method": engine_method, "batch_output_stream": batch_output_stream,
+               "raw_request_info": raw_request_info}
+        if engine_method not in TIMED_METHODS:
+            return await super()._run_request(request, **run)
+        clock = replica_timing.ReplicaClock(adapter=bool(serve.get_multiplexed_model_id()),
+                                           stream=bool(getattr(request, "stream", False)))
+        # Set while Ray builds the stream: its batcher's reader task starts the engine with this context.
+        token = replica_timing.REPLICA_CLOCK.set(clock)
+        try:
+            stream = await super()._run_request(request, **run)
+        except Exception as exc:
+            replica_timing.stamp_error(exc, clock.parts())
+            raise
+        finally:
+            replica_timing.REPLICA_CLOCK.reset(token)
+        clock.loaded = time.time()  # Ray's run resolved the adapter (the rest of it takes microseconds)
+        return replica_timing.stamped(stream, clock)
 
     # -- what the placement agent (serving.placement) reads ----------------------------------------
     @property

@@ -6,15 +6,17 @@
 :mod:`~serving.ingress.management` and the config's extensions; :class:`ColocatedGateway` the same
 ingress with its engine in one replica (``layout: colocated``), and :mod:`~serving.ingress.direct`
 Serve's direct ingress for it. :func:`check_request` runs on every engine route;
-:mod:`~serving.ingress.adapter_metrics` counts per adapter version and
-:mod:`~serving.ingress.replica_status` reads the replicas for ``/ready``. Everything that imports
-Ray Serve LLM's ingress (and so vLLM), or PIL, loads on first use.
+:mod:`~serving.ingress.adapter_metrics` counts per adapter version,
+:mod:`~serving.ingress.replica_status` reads the replicas for ``/ready`` and
+:mod:`~serving.ingress.server_timing` times every response (its ``Server-Timing`` header).
+Everything that imports Ray Serve LLM's ingress (and so vLLM), or PIL, loads on first use.
 """
 
 from typing import TYPE_CHECKING
 
 from serving import lazy_exports
 from serving.ingress.direct import direct_ingress_env, direct_proxy_port
+from serving.ingress.server_timing import format_header, parse_header
 
 if TYPE_CHECKING:
     from serving.ingress.colocated import ColocatedGateway, server_class
@@ -34,4 +36,4 @@ __getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on f
 
 __all__ = ["ENDPOINTS", "INGRESS_CLS_PATH", "ApplicationErrorMiddleware", "ColocatedGateway", "GatewayIngress",
            "GatewayMiddleware", "check_request", "create_app", "direct_ingress_env", "direct_proxy_port",
-           "openai_error_handler", "server_class"]
+           "format_header", "openai_error_handler", "parse_header", "server_class"]

@@ -15,7 +15,10 @@
   ``agent_profile`` on bases), ``/health``, ``/ready`` (its details for admin keys), and the
   management routes of ``serving.ingress.management``;
 * one error handler: every error leaves as ``{"error": {"message", "type", "code"}}``, a 5xx
-  without internal text (``serving.ingress.middleware.public_error``).
+  without internal text (``serving.ingress.middleware.public_error``);
+* a ``Server-Timing`` header on every response (``serving.ingress.server_timing``): the phases
+  are marked here (resolve, checks, the Serve call) and around the key gate, and the replica's
+  own parts come back with its first item, which ``_get_response`` unwraps.
 
 :func:`create_app` builds the FastAPI app the ingress is served with (Ray's own app factory, so
 Ray's HTTP metrics and request ids stay, plus the extension routers named in the config).
@@ -58,6 +61,7 @@ from serving.errors import (
     ReplicaUnavailable,
     ServingError,
 )
+from serving.ingress import server_timing
 from serving.ingress.adapter_metrics import RESOLVED_MODEL, with_adapter_metrics
 from serving.ingress.management import plain_name, split_name
 from serving.ingress.management import router as admin_router
@@ -115,8 +119,11 @@ def create_app(cfg: ServingConfig) -> FastAPI:
     for path in cfg.extensions:
         app.include_router(load_router(path))
     app.state.gateway_config, app.state.gate = cfg, Gate(cfg.auth)
-    # Added last = outermost: keys and limits (the gate) stop a request before any other work.
+    # Added last = outermost: keys and limits (the gate) stop a request before any other work. The
+    # two Phase marks bracket the gate: its time is the Server-Timing header's `auth`.
+    app.add_middleware(server_timing.Phase, phase="gateway")
     app.add_middleware(GateMiddleware, gate=app.state.gate)
+    app.add_middleware(server_timing.Phase, phase="auth")
     app.add_middleware(GatewayMiddleware, max_body_bytes=cfg.limits.max_body_bytes,
                        max_upload_bytes=cfg.limits.max_upload_bytes)
     return app
@@ -194,9 +201,11 @@ class GatewayIngress(OpenAiIngress):
     async def _get_response(self, *, body, call_method: str, raw_request=None):
         # Every engine route (chat, completions, embeddings, score, tokenize, ...) passes here before
         # the engine is called: nothing that fails the checks is parsed or decoded by vLLM.
+        server_timing.enter("checks")
         check_request(body, self.cfg.limits)
+        server_timing.enter("queue")
         async for item in super()._get_response(body=body, call_method=call_method, raw_request=raw_request):
-            yield item
+            yield server_timing.unstamp(item)  # the replica's first item carries its Server-Timing parts
 
     @with_adapter_metrics
     async def _process_llm_request(self, body, call_method: str, raw_request=None):
@@ -204,16 +213,21 @@ class GatewayIngress(OpenAiIngress):
         key = session_key(raw_request.headers if raw_request is not None else None, getattr(body, "user", None),
                           get_request_id(raw_request) if raw_request is not None else None)
         # The engine looks the LoRA up by the request's model name: it must carry the version too.
+        server_timing.enter("resolve")
         body.model = await self._resolve_model(body.model, key)
+        server_timing.enter("gateway")
         if current() is not None and request_stream_usage(body):  # a keyed stream's tokens are counted
             CALLER.get().strip_usage = True
         RESOLVED_MODEL.set(body.model)
         try:
             return await super()._process_llm_request(body, call_method, raw_request=raw_request)
-        except (ServingError, HTTPException, OpenAIHTTPException, RequestValidationError, asyncio.CancelledError):
+        except (ServingError, HTTPException, OpenAIHTTPException, RequestValidationError,
+                asyncio.CancelledError) as exc:
+            server_timing.unstamp_error(exc)  # the replica's parts, when it failed there (in-process)
             raise
         except Exception as exc:
             cause = cause_of(exc)
+            server_timing.unstamp_error(cause)  # ... or behind Ray's RayTaskError
             if isinstance(cause, ServingError):
                 raise cause from None
             if _replica_lost(cause):  # not the adapter's fault: another replica can answer a retry

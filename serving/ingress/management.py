@@ -162,7 +162,7 @@ def _served(ref: AdapterRef) -> dict[str, Any]:
         resolver.remember(ref)
     server = getattr(ingress, "server", None)  # the colocated layout's engine
     if server is not None:
-        from serving.placement.follow import preload_moved
+        from serving.placement import preload_moved
 
         preload_moved(server, ref)
     return _ref(ref)

@@ -3,8 +3,9 @@ mapping of errors to what a client reads.
 
 :class:`GatewayMiddleware` is the outermost: the request id (``x-request-id``, assigned when the
 request has none), the body-size limit (``limits.max_body_bytes``, or ``limits.max_upload_bytes``
-for adapter uploads), the route-level request count and latency, and the last answer to an error
-nothing inside answered; the key gate (:mod:`serving.auth.middleware`) runs inside it.
+for adapter uploads), the route-level request count and latency, the ``Server-Timing`` header
+(:mod:`serving.ingress.server_timing`) and the last answer to an error nothing inside answered;
+the key gate (:mod:`serving.auth.middleware`) runs inside it.
 :class:`ApplicationErrorMiddleware` takes the place of Ray Serve LLM's ``BaseHTTPMiddleware`` error
 wrapper. :func:`public_error` is the OpenAI-shaped body of any error: a 4xx says what was wrong
 (never where the adapter store lives), a 5xx the gateway did not word for clients says only
@@ -30,6 +31,8 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.base import BaseHTTPMiddleware
 
 from serving.errors import BadRequest, RequestTooLarge, ServingError
+from serving.ingress.server_timing import HEADER as TIMING_HEADER
+from serving.ingress.server_timing import TIMING, RequestTiming
 from serving.metrics import metric, route_of
 
 log = logging.getLogger(__name__)
@@ -165,9 +168,10 @@ def _replay(messages, then):
 
 
 class GatewayMiddleware:
-    """Outermost middleware: request id, body-size limit, request count and latency, and the
-    OpenAI-shaped answer to any error raised before the response started (keys:
-    ``serving.auth.middleware``, inside it)."""
+    """Outermost middleware: request id, body-size limit, request count and latency, the
+    ``Server-Timing`` header (the request's :class:`~serving.ingress.server_timing.RequestTiming`,
+    made here), and the OpenAI-shaped answer to any error raised before the response started
+    (keys: ``serving.auth.middleware``, inside it)."""
 
     def __init__(self, app, *, max_body_bytes: int, max_upload_bytes: int | None = None):
         self.app = app
@@ -178,14 +182,18 @@ class GatewayMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         start, state = time.perf_counter(), {"status": 500, "started": False}
+        timing = RequestTiming()
+        timing_token = TIMING.set(timing)
         limit = self.max_upload_bytes if _UPLOAD.match(scope["path"]) else self.max_body_bytes
         request_id, assigned = ensure_request_id(scope)
 
         async def tracked_send(message):
             if message["type"] == "http.response.start":
                 state["status"], state["started"] = message["status"], True
+                extra = [(TIMING_HEADER, timing.header())]
                 if assigned:  # a request-id header that came in is echoed by Ray's server around the app
-                    message = {**message, "headers": [*message.get("headers", ()), (REQUEST_ID, request_id.encode())]}
+                    extra.append((REQUEST_ID, request_id.encode()))
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
             await send(message)
 
         received = 0
@@ -213,6 +221,7 @@ class GatewayMiddleware:
                 raise
             await send_error(tracked_send, exc, request_id)
         finally:
+            TIMING.reset(timing_token)
             route = route_of(scope["path"])
             metric("requests").inc(tags={"route": route, "status": str(state["status"])})
             metric("latency").observe(time.perf_counter() - start, tags={"route": route})

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from serving import lazy_exports
 from serving.placement.agent import run_placement
+from serving.placement.follow import preload_moved
 from serving.placement.pins import PIN_REFRESH_S, REPORT_INTERVAL_S, REPORT_STALE_S, PlacementStore, where_rows
 
 if TYPE_CHECKING:
@@ -25,4 +26,4 @@ __getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on f
 
 
 __all__ = ["PIN_REFRESH_S", "REPORT_INTERVAL_S", "REPORT_STALE_S", "ROUTER_PATH", "AdapterSpreadRouter",
-           "PlacementStore", "run_placement", "spread_ranks", "where_rows"]
+           "PlacementStore", "preload_moved", "run_placement", "spread_ranks", "where_rows"]
