@@ -8,7 +8,6 @@ move to the replica's resolver and pre-load the new version where the name is re
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import types
 import uuid
@@ -21,6 +20,7 @@ from serving.adapters import AdapterRef, AdapterResolver, AdapterStore, Canary
 from serving.config import ServingConfig
 from serving.placement.follow import IDLE_S, successors
 from tests.support.adapter_store import make_adapter
+from tests.support.app_env import isolate_app
 
 V1, V2, V3 = "111111111111", "222222222222", "333333333333"
 
@@ -115,14 +115,7 @@ def test_successors_push_out_no_other_name_in_use():
 # -- the management routes of a real app ------------------------------------------------------------
 @pytest.fixture
 def gateway_cfg(s3_server, monkeypatch):
-    import ray
-
-    monkeypatch.setattr(ray, "get_runtime_context", lambda: types.SimpleNamespace(runtime_env={}))
-    for key in ("AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        if key in os.environ:
-            monkeypatch.setenv(key, os.environ[key])
-        else:
-            monkeypatch.delenv(key, raising=False)
+    isolate_app(monkeypatch)
     data = ServingConfig.shipped("embedded").model_dump(mode="json")
     data["adapters"] = {"prefix": f"s3://moves-{uuid.uuid4().hex[:8]}/lora", "endpoint_url": s3_server.url,
                         "resolve_ttl_s": 60.0}
@@ -150,7 +143,8 @@ def test_moves_through_the_gateway_are_served_at_once_and_direct_pushes_after_th
                                                                                        monkeypatch):
     from ray import serve
 
-    from tests.serving.ingress.test_no_oracle import adapter_tar, serve as serve_app
+    from tests.serving.ingress.test_no_oracle import adapter_tar
+    from tests.serving.ingress.test_no_oracle import serve as serve_app
 
     cfg, store = gateway_cfg, AdapterStore(gateway_cfg.adapters)
     folders = [make_adapter(tmp_path / f"v{i}", seed=i) for i in range(3)]

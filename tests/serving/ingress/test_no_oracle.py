@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import io
-import os
 import tarfile
-import types
 import uuid
 
 import httpx
@@ -28,6 +26,7 @@ from serving.config import ServingConfig
 from serving.errors import AdapterNotFound
 from tests.serving.ingress.test_colocated import FakeServer
 from tests.support.adapter_store import make_adapter
+from tests.support.app_env import isolate_app
 
 A, B, OPS = "sk-team-a-noo-000001", "sk-team-b-noo-000001", "sk-ops-noo-00000001"
 KEYS = {"keys": [
@@ -44,16 +43,7 @@ TEXT = [{"role": "user", "content": "hi"}]
 @pytest.fixture
 def env(s3_server, monkeypatch, tmp_path):
     """(config, store): keys on, a bucket of its own holding PUBLISHED, a 1 MiB upload limit."""
-    import ray
-
-    # Building the app's arguments reads the driver's runtime env, which would start a local Ray.
-    monkeypatch.setattr(ray, "get_runtime_context", lambda: types.SimpleNamespace(runtime_env={}))
-    # The ingress exports the store's S3 env: as it is now, restored after the test.
-    for key in ("AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        if key in os.environ:
-            monkeypatch.setenv(key, os.environ[key])
-        else:
-            monkeypatch.delenv(key, raising=False)
+    isolate_app(monkeypatch)
     monkeypatch.setenv("TEST_NO_ORACLE_KEYS", yaml.safe_dump(KEYS))
     data = ServingConfig.shipped("embedded").model_dump(mode="json")
     data["adapters"] = {"prefix": f"s3://noo-{uuid.uuid4().hex[:8]}/lora", "endpoint_url": s3_server.url}
