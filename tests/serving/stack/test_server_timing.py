@@ -12,10 +12,10 @@ What "adds up" means here, per response:
   client's own HTTP work, the loopback transfer, the HTTP server's parse and Serve's hand-off to the
   replica's event loop, ~2 ms on an idle machine. It must be within 5% of the client's time
   (``TOLERANCE``), or within ``FLOOR_MS`` where 5% is less than that floor (a stream's first chunk
-  comes after ~25 ms), for the best of the ``N`` requests of a kind. The best, not each: on a busy
-  machine the scheduler delays the client and Serve's HTTP threads by milliseconds at random
-  (10-16% of single requests at a load of 16 on 2 cores), while time the header failed to cover
-  would be missing from every request. With Serve's proxy in front (``ingress: proxy``, the
+  comes after ~25 ms; the parts the header could miss, prefill and decode, take 18 ms and more), for
+  one of up to ``N`` requests of a kind. One, not each: on a busy machine (CI runs the heavy tests
+  two at a time) the scheduler delays the client and Serve's HTTP threads by tens of milliseconds at
+  random, while time the header failed to cover would be missing from every request. With Serve's proxy in front (``ingress: proxy``, the
   standard layout: ``MAZE_TEST_LAYOUT=standard``) the proxy's hop, an actor call to the ingress
   replica and the response's way back through it, is outside ``total`` too (7-13 ms): its floor
   is ``FLOOR_MS["proxy"]``.
@@ -33,9 +33,9 @@ from tests.support.gateway_stack import image_messages
 pytestmark = pytest.mark.slow
 
 TOLERANCE = 0.05
-FLOOR_MS = {"direct": 3.0, "proxy": 15.0}  # the client side's least allowance, by who listens on the port
+FLOOR_MS = {"direct": 5.0, "proxy": 15.0}  # the client side's least allowance, by who listens on the port
 ROUNDING_MS = 0.001 * 12  # at most 0.5 us rounding per part, a dozen parts
-N = 5  # requests of each kind after a warm-up
+N = 15  # requests of each kind at most after a warm-up (it stops at the first within the allowance)
 
 
 def _body(model: str, stream: bool, route: str) -> dict:
@@ -75,7 +75,7 @@ def _check(parts: dict, client: float) -> tuple[float, float]:
 def test_header_splits_the_request(stack, adapter, stream):
     model = f"{stack.base}:{next(iter(stack.assets.shipped))}" if adapter else stack.base
     _timed(stack, model, stream)  # warm-up: the adapter is resident from here on
-    outside = []
+    outside, floor = [], FLOOR_MS[stack.cfg.ingress]
     for _ in range(N):
         parts, client = _timed(stack, model, stream)
         expected = {"auth", "resolve", "checks", "gateway", "queue", "prefill", "batch" if stream else "decode",
@@ -83,8 +83,10 @@ def test_header_splits_the_request(stack, adapter, stream):
         assert set(parts) == expected, parts
         assert parts["prefill"]["desc"] == "replica to first token"
         outside.append(_check(parts, client))
-    floor = FLOOR_MS[stack.cfg.ingress]
-    assert any(out <= max(share, floor) for out, share in outside), outside
+        if outside[-1][0] <= max(outside[-1][1], floor):
+            break  # one request the header covers within the allowance is the proof; each adds up anyway
+    else:
+        pytest.fail(f"the client's time outside the header, against its allowance (ms): {outside}")
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
