@@ -256,13 +256,17 @@ class Bench:
                 raise RuntimeError(f"{name}: {answer.error}")
             time.sleep(0.2)
 
+    def in_use(self, name: str) -> str:
+        """Publish a first version of ``name`` and serve it once; the model id that names it."""
+        self.push(self.copy(name), name)
+        self.warm(name)
+        return f"{self.base}:{name}"
+
     # -- paths --------------------------------------------------------------------------------
     def push_new(self, n: int, via_gateway: bool) -> list[dict]:
         """S3: the real CLI in a subprocess; gateway: the function ``adapters --gateway URL push`` calls."""
         name = "ttfs-gateway" if via_gateway else "ttfs-s3"
-        self.push(self.copy(name), name)
-        self.warm(name)
-        model, rows = f"{self.base}:{name}", []
+        model, rows = self.in_use(name), []
         for _ in range(n):
             folder = self.copy(name)
             with Background(self.url, model, [None]) as bg:
@@ -304,9 +308,7 @@ class Bench:
         from serving.adapters import Canary, serves_canary
 
         name = "ttfs-promote-gateway" if via_gateway else "ttfs-promote-s3"
-        self.push(self.copy(name), name)
-        self.warm(name)
-        model, rows = f"{self.base}:{name}", []
+        model, rows = self.in_use(name), []
         for _ in range(n):
             ref = self.gateway.push(self.copy(name), name, base=self.base, force=True, canary=CANARY_WEIGHT)
             new, old = ref.canary.version, ref.version

@@ -53,7 +53,7 @@ from ray.serve.multiplex import _ModelMultiplexWrapper
 
 from serving.adapters import S3Bucket, download_version, verify_adapter_folder
 from serving.config import AdapterStoreSpec
-from serving.engine import cpu_affinity
+from serving.engine import cpu_affinity, replica_timing
 from serving.engine.lora_coverage import module_count, refusal, take_report
 from serving.errors import (
     AdapterIntegrityError,
@@ -62,7 +62,6 @@ from serving.errors import (
     AdapterStoreUnavailable,
     ServingError,
 )
-from serving.engine import replica_timing
 from serving.metrics import metric
 
 log = logging.getLogger(__name__)
@@ -218,7 +217,7 @@ class GatewayLLMServer(LLMServer):
         client = getattr(self.engine, "_engine_client", None)
         if client is not None:  # each request's first-token instant, for its Server-Timing parts
             replica_timing.time_first_token(client)
-        await self._check_tower_lora()
+        await self._install_coverage_check()
         if self._lru is not None and self._llm_config.lora_config is not None:
             from serving.placement import run_placement
 
@@ -282,7 +281,7 @@ class GatewayLLMServer(LLMServer):
         except Exception:  # noqa: BLE001 - a failed removal leaves it to vLLM's own LRU
             log.warning("could not remove evicted adapter %s from the engine", model_id, exc_info=True)
 
-    async def _check_tower_lora(self) -> None:
+    async def _install_coverage_check(self) -> None:
         """Have the workers check coverage inside each registration, and refuse to start when the config
         asks for vision-tower LoRA that this engine cannot apply."""
         if self._llm_config.lora_config is None:
