@@ -126,54 +126,93 @@ def curve(db: Path, job: str, lines: list[tuple[float, str]]) -> list[dict]:
             for p in c.points]
 
 
+def seed_spec(tmp: Path, spec: dict, seed: int) -> Path:
+    """The spec with ``optim.seed`` set, as a file the CLI reads (every other setting as shipped)."""
+    path = tmp / f"spec-seed{seed}.yaml"
+    path.write_text(yaml.safe_dump({**spec, "optim": {**spec.get("optim", {}), "seed": seed}}))
+    return path
+
+
+def one_run(spec_path: str, adapter: str, ctx: dict) -> dict:
+    """Submit one job and watch it to its end: its served curve, wall time and commands."""
+    spec = yaml.safe_load((ROOT / spec_path).read_text())
+    for key in ("ckpt_path", "export_path"):  # a fresh run: a leftover checkpoint would be resumed
+        subprocess.run(["rm", "-rf", spec["output"][key]], check=True)
+    env, address, tmp = ctx["env"], ctx["address"], ctx["tmp"]
+    submit = _cli("training.cli", "submit", "--address", address, "--trainer", "local", spec_path)
+    t0 = time.monotonic()
+    job = subprocess.run(submit, env=env, check=True, cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    _say(f"submitted {job} (seed {spec.get('optim', {}).get('seed', 42)})")
+    watch = _cli("training.cli", "watch", job, "--adapter", adapter, "--address", address,
+                 "--serving-config", str(ctx["serving"]), "--endpoint", ctx["base_url"],
+                 "--ledger", str(tmp / f"ledger-{adapter}.json"), "--interval", "10")
+    lines = watch_lines(watch, env, t0)
+    wall_s = round(time.monotonic() - t0, 1)
+    points = curve(ctx["db"], job, lines)
+    best = max(points, key=lambda p: (p["served_solved"], -p["step"]))
+    return {"seed": spec.get("optim", {}).get("seed", 42), "job": job, "adapter": adapter,
+            "submit_to_last_score_s": wall_s, "first_step": points[0]["step"], "best_step": best["step"],
+            "rise_solved": best["served_solved"] - points[0]["served_solved"], "curve": points,
+            "commands": [" ".join(submit), " ".join(watch)],
+            "watch_output": [f"{t:7.1f}s  {line}" for t, line in lines]}
+
+
+def spread(runs: list[dict]) -> list[dict]:
+    """Per exported step, the served score over the runs: each run's, and the least, the most and the mean."""
+    steps = sorted({p["step"] for r in runs for p in r["curve"]})
+    out = []
+    for step in steps:
+        solved = [p["served_solved"] for r in runs for p in r["curve"] if p["step"] == step]
+        out.append({"step": step, "served_solved": solved, "min": min(solved), "max": max(solved),
+                    "mean": round(sum(solved) / len(solved), 2), "runs": len(solved)})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--spec", default=SPEC, help="training spec, relative to the repo root")
+    parser.add_argument("--trainer-seeds", type=int, nargs="+", default=None,
+                        help="run the spec once per trainer seed (optim.seed) on one gateway and Ray head; the first "
+                             "run's curve is the file's headline, all runs' scores per step its spread")
     parser.add_argument("--out", default=str(OUT), help="results file")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="maze-walk-", dir="/tmp"))
     spec = yaml.safe_load((ROOT / args.spec).read_text())
-    for key in ("ckpt_path", "export_path"):  # a fresh run: a leftover checkpoint would be resumed
-        subprocess.run(["rm", "-rf", spec["output"][key]], check=True)
-    db, ledger, serving = tmp / "results.db", tmp / "ledger.json", serving_yaml(tmp / "serving.yaml")
+    db, serving = tmp / "results.db", serving_yaml(tmp / "serving.yaml")
     env = {**os.environ, "MAZE_HOME": str(tmp / "home"), "MAZE_DB": str(db), "PYTHONPATH": str(ROOT),
            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    plan = [(args.spec, ADAPTER)] if not args.trainer_seeds else [
+        (str(seed_spec(tmp, spec, s)), f"{ADAPTER}-seed{s}") for s in args.trainer_seeds]
     up = _cli("serving.cli", "-c", str(serving), "up")
     t_up = time.monotonic()
     subprocess.run(up, env=env, check=True, cwd=ROOT)
     up_s = time.monotonic() - t_up
-    base_url = yaml.safe_load(serving.read_text())["port"]
-    base_url = f"http://127.0.0.1:{base_url}/v1"
+    base_url = f"http://127.0.0.1:{yaml.safe_load(serving.read_text())['port']}/v1"
     head = None
     try:
         head, address, ray_cmd = ray_head(tmp / "ray", env)
-        submit = _cli("training.cli", "submit", "--address", address, "--trainer", "local", args.spec)
-        t0 = time.monotonic()
-        job = subprocess.run(submit, env=env, check=True, cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        _say(f"submitted {job}")
-        watch = _cli("training.cli", "watch", job, "--adapter", ADAPTER, "--address", address,
-                     "--serving-config", str(serving), "--endpoint", base_url, "--ledger", str(ledger), "--interval", "10")
-        lines = watch_lines(watch, env, t0)
-        wall_s = round(time.monotonic() - t0, 1)
-        points = curve(db, job, lines)
+        ctx = {"env": env, "address": address, "tmp": tmp, "serving": serving, "base_url": base_url, "db": db}
+        runs = [one_run(path, adapter, ctx) for path, adapter in plan]
     finally:
         if head is not None:
             _stop(head)
-        subprocess.run(_cli("serving.cli", "-c", str(serving), "down"), env=env, cwd=ROOT)
-    best = max(points, key=lambda p: (p["served_solved"], -p["step"]))
+        subprocess.run(_cli("serving.cli", "-c", str(serving), "down"), check=False, env=env, cwd=ROOT)
+    first = runs[0]
     result = {
         "what": "README training walkthrough: maze-train submit --trainer local + maze-train watch, served curve "
                 "on the fixed 64 mazes (seeds 0-63, greedy, 15 turns) through the embedded gateway",
-        "spec": args.spec, "spec_content": spec, "job": job,
+        "spec": args.spec, "spec_content": spec, "job": first["job"], "trainer_seed": first["seed"],
         "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
-        "gateway_up_s": round(up_s, 1), "submit_to_last_score_s": wall_s,
-        "first_step": points[0]["step"], "best_step": best["step"],
-        "rise_solved": best["served_solved"] - points[0]["served_solved"],
-        "curve": points,
-        "commands": [" ".join(up), " ".join(ray_cmd), " ".join(submit), " ".join(watch)],
-        "watch_output": [f"{t:7.1f}s  {line}" for t, line in lines],
+        "gateway_up_s": round(up_s, 1),
+        **{k: first[k] for k in ("submit_to_last_score_s", "first_step", "best_step", "rise_solved", "curve")},
+        "commands": [" ".join(up), " ".join(ray_cmd), *first["commands"]],
+        "watch_output": first["watch_output"],
     }
+    if len(runs) > 1:
+        result["replicates"] = {"trainer_seeds": [r["seed"] for r in runs], "spread": spread(runs),
+                                "rise_solved": [r["rise_solved"] for r in runs],
+                                "best_step": [r["best_step"] for r in runs], "runs": runs[1:]}
     sys.path.insert(0, str(ROOT))  # run as a script: benchmarks/ is not an installed package
     from benchmarks.support.provenance import engine_settings, provenance
     from serving.config import ServingConfig
@@ -181,7 +220,9 @@ def main() -> None:
     result.update(provenance([__file__, *sys.argv[1:]],
                              engine_settings(ServingConfig.model_validate(yaml.safe_load(serving.read_text())))))
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    _say(f"served curve {[(p['step'], p['served_solved']) for p in points]}; wrote {args.out}")
+    for r in runs:
+        _say(f"seed {r['seed']}: served curve {[(p['step'], p['served_solved']) for p in r['curve']]}")
+    _say(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

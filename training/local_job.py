@@ -36,6 +36,7 @@ def to_grpo_config(spec: TrainSpec, device: str) -> dict:
         "policy_mini_batch_size": o.policy_mini_batch_size,
         "update_epochs_per_batch": o.update_epochs_per_batch,
         "lr": o.lr,
+        "seed": o.seed,
         "max_turns": spec.env.max_turns,
         "temperature": g.temperature,
         "lora_rank": spec.model.lora.rank,

@@ -70,6 +70,7 @@ def _pairs(spec: TrainSpec) -> list[tuple[str, Any]]:
         ("trainer.remove_microbatch_padding", False),
         ("trainer.algorithm.use_kl_loss", o.use_kl_loss),
         ("trainer.policy.optimizer_config.lr", o.lr),
+        ("trainer.seed", o.seed),
         ("environment.env_class", spec.env.env_class),
         ("trainer.logger", out.logger),
         ("trainer.project_name", spec.project),

@@ -148,6 +148,10 @@ class OptimSpec(SpecModel):
     n_samples_per_prompt: int = Field(8, ge=1, description="rollouts per prompt (the GRPO group)")
     lr: float = Field(3e-6, gt=0, description="learning rate")
     use_kl_loss: bool = Field(False, description="add a KL loss to the reference model")
+    seed: int = Field(
+        42, description="trainer.seed: seeds the LoRA initialization, the maze draws and rollout sampling, so a run "
+        "is repeatable and runs with other seeds show how much a curve owes to chance"
+    )
 
 
 class GenerationSpec(SpecModel):
