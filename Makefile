@@ -33,17 +33,20 @@ test-fast: setup-test
 	$(PY) -m pytest -q -ra --durations=10 -n 2 --dist loadgroup -m "not slow and not needs_stack and not needs_cluster and not needs_ray"
 
 # Every benchmark with a results file under benchmarks/results/ (docs/benchmarks.md); the ones that
-# start the embedded stack or a cluster take minutes each.
+# start the embedded stack or a cluster take minutes each, the walkthrough three trainings of ~10 min.
 bench: setup
 	$(PY) benchmarks/runner_overhead.py
 	$(PY) benchmarks/rollout_cache.py
 	$(PY) benchmarks/auth_overhead.py
-	$(PY) benchmarks/layout_ab.py --rounds 3
-	$(PY) benchmarks/paired_ab.py
-	$(PY) benchmarks/lora_parity.py
-	$(PY) benchmarks/lora_parity.py --cpu-kernels vllm --concurrency 1 8 --rounds 1 --skip-mix
+	$(PY) benchmarks/paired_ab.py --runs 3 --blocks 16 --per-block 8 --c8-blocks 6 --c8-per-block 192
+	$(PY) benchmarks/server_timing.py
+	$(PY) benchmarks/lora_parity.py --rounds 5 --skip-mix --skip-eval
+	$(PY) benchmarks/load_checks.py --adapters 12
+	$(PY) benchmarks/time_to_servable.py
+	$(PY) benchmarks/first_run.py --cold all
 	$(PY) benchmarks/soak.py --duration-s 600
 	$(PY) benchmarks/recovery.py
-	$(PY) benchmarks/placement_calibrate.py
+	$(PY) benchmarks/fault_matrix.py
 	$(PY) benchmarks/placement_sim.py
 	$(PY) benchmarks/frameworks.py
+	$(PY) benchmarks/walkthrough.py --trainer-seeds 42 1 2

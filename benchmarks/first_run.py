@@ -44,14 +44,36 @@ def eval_once(venv_bin: Path, cwd: Path, env: dict[str, str], log: Path, seeds: 
     return {"seconds": seconds, "solved": summary["solved"], "episodes": summary["n"] + summary["errors"]}
 
 
-def warm_and_cold(venv_bin: Path, cwd: Path, home: Path, log: Path) -> dict:
+def cold_state(kind: str, tmp: Path) -> tuple[dict[str, str], dict]:
+    """A fresh machine's state for ``kind`` (``pages``, ``compile``, ``all`` or ``none``): the page cache
+    of what the stack reads dropped, empty compile caches (environment variables), or both; the
+    variables and what was done."""
+    from benchmarks.support.cold_cache import empty_caches, evict, resident_bytes, stack_trees
+
+    env: dict[str, str] = {}
+    done: dict = {"kind": kind}
+    if kind in ("compile", "all"):
+        env = empty_caches(tmp / "caches")
+        done["empty_caches"] = sorted(env)
+    if kind in ("pages", "all"):
+        import importlib.util
+
+        # torch's libraries are the largest the engine maps; found, not imported (a mapped page stays cached).
+        libs = sorted((Path(importlib.util.find_spec("torch").origin).parent / "lib").glob("*.so*"))
+        before = resident_bytes(libs)
+        done["evicted"] = evict(stack_trees(ROOT))
+        done["torch_libs_resident_bytes"] = {"before": before, "after": resident_bytes(libs)}
+    return env, done
+
+
+def warm_and_cold(venv_bin: Path, cwd: Path, home: Path, log: Path, extra_env: dict[str, str] | None = None) -> dict:
     """up (timed); the evaluation (seeds 0-63) first, then again; then seeds 64-127, down: on
     ``home`` as MAZE_HOME.
 
     The repeat sends the very requests the first run sent, so the engine's prefix cache and
     processed-image cache answer much of it; seeds 64-127 are a warm engine on requests it has not
     seen, the fair measure of what the first run paid once."""
-    env = {**os.environ, "MAZE_HOME": str(home), "MAZE_DB": str(home / "results.db")}
+    env = {**os.environ, "MAZE_HOME": str(home), "MAZE_DB": str(home / "results.db"), **(extra_env or {})}
     out: dict = {}
     try:
         out["up_s"], _ = timed([str(venv_bin / "maze-serve"), "up"], cwd, env, log)
@@ -87,6 +109,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "first_run.json")
     ap.add_argument("--fresh-clone", action="store_true", help="also time `make eval` in a fresh clone")
+    ap.add_argument("--cold", choices=("none", "pages", "compile", "all"), default="none",
+                    help="start from a fresh machine's caches: the page cache of the venv, the standard library "
+                         "and the repository dropped (pages), empty compile caches (compile), or both (all)")
     args = ap.parse_args()
     log = Path(tempfile.gettempdir()) / "maze-first-run.log"
     log.write_text("")
@@ -95,7 +120,9 @@ def main() -> int:
         if args.fresh_clone:
             results["fresh_clone"] = fresh_clone(Path(tmp) / "clone-home", log)
             print(json.dumps(results["fresh_clone"]), file=sys.stderr)
-        results["checkout"] = warm_and_cold(Path(sys.executable).parent, ROOT, Path(tmp) / "home", log)
+        sys.path.insert(0, str(ROOT))
+        extra, results["cold"] = cold_state(args.cold, Path(tmp))
+        results["checkout"] = warm_and_cold(Path(sys.executable).parent, ROOT, Path(tmp) / "home", log, extra)
     results.pop("log")
     sys.path.insert(0, str(ROOT))
     from benchmarks.support.provenance import engine_settings, provenance
