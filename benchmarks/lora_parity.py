@@ -73,7 +73,10 @@ async def block(url: str, models: list[str], seeds: list[int], concurrency: int)
     return {"models": len(models), "concurrency": concurrency, "episodes": len(recs), "turns": turns,
             "wall_s": round(wall, 3), "turns_per_s": round(turns / wall, 2), "solved": sum(r.success for r in recs),
             "errors": sum(r.stop_reason.value == "error" for r in recs),
-            "prompt_tokens_per_turn": round(sum(t.prompt_tokens or 0 for r in recs for t in r.turns) / max(turns, 1))}
+            "prompt_tokens_per_turn": round(sum(t.prompt_tokens or 0 for r in recs for t in r.turns) / max(turns, 1)),
+            # The two models' replies differ in length: a turn's decode cost is per reply token.
+            "completion_tokens_per_turn": round(sum(t.completion_tokens or 0 for r in recs for t in r.turns)
+                                                / max(turns, 1), 2)}
 
 
 def summarise(blocks: list[dict]) -> dict:
