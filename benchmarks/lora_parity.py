@@ -154,10 +154,13 @@ def run(args) -> dict:
     assets = dev_assets(n_extra=0)
     os.environ["MAZE_HOME"] = tempfile.mkdtemp(prefix="lora-parity-")
     cfg = stack_config(assets.base_dir, name="lora-parity", resolve_ttl_s=5.0, adapters_per_replica=MIX)
-    cfg = cfg.model_copy(update={"lora": cfg.lora.model_copy(update={"cpu_kernels": args.cpu_kernels})})
+    lora = {"cpu_kernels": args.cpu_kernels}
+    if args.merged_slots is not None:
+        lora["cpu_merged_slots"] = args.merged_slots
+    cfg = cfg.model_copy(update={"lora": cfg.lora.model_copy(update=lora)})
     t0 = time.monotonic()
     url = embedded.up(cfg, adapters=assets.shipped)
-    out: dict = {"cpu_kernels": args.cpu_kernels, "time_to_ready_s": round(time.monotonic() - t0, 1),
+    out: dict = {"cpu_kernels": args.cpu_kernels, "cpu_merged_slots": cfg.lora.cpu_merged_slots, "time_to_ready_s": round(time.monotonic() - t0, 1),
                  "engine": engine_settings(cfg)}
     base, adapter = cfg.base_models[0].id, f"{cfg.base_models[0].id}:{ADAPTER}"
     try:
@@ -191,6 +194,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--cpu-kernels", choices=["grouped", "vllm"], default="grouped",
                     help="the stack's lora.cpu_kernels (grouped: the gateway's grouped kernels; vllm: vLLM's stock CPU LoRA ops)")
+    ap.add_argument("--merged-slots", type=int, default=None,
+                    help="the stack's lora.cpu_merged_slots (default: the embedded config's)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per comparison")
     ap.add_argument("--concurrency", type=int, nargs="*", default=[1, 8, 32])
     ap.add_argument("--skip-mix", action="store_true", help="no 8-adapters-mixed comparison")

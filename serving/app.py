@@ -21,7 +21,13 @@ from typing import Any
 
 from serving.adapters import s3_env
 from serving.config import ServingConfig
-from serving.engine import COVERAGE_EXTENSION_PATH, SERVER_CLS_PATH, WORKER_EXTENSION_PATH, allocator_env
+from serving.engine import (
+    COVERAGE_EXTENSION_PATH,
+    MERGED_SLOTS_ENV,
+    SERVER_CLS_PATH,
+    WORKER_EXTENSION_PATH,
+    allocator_env,
+)
 from serving.ingress import INGRESS_CLS_PATH
 from serving.placement import ROUTER_PATH
 
@@ -64,6 +70,8 @@ def _deployment_config(cfg: ServingConfig) -> dict[str, Any]:
 def llm_config_dicts(cfg: ServingConfig) -> list[dict[str, Any]]:
     """The ``LLMConfig`` of each base model, as plain dicts (what a Serve YAML would hold)."""
     env = {**s3_env(cfg), **cfg.env, **allocator_env(cfg.allocator, cfg.env)}
+    if cfg.grouped_cpu_lora and cfg.lora.cpu_merged_slots:
+        env[MERGED_SLOTS_ENV] = str(cfg.lora.cpu_merged_slots)
     out = []
     for m in cfg.base_models:
         engine = {

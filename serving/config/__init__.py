@@ -147,6 +147,15 @@ class LoraSpec(SectionModel):
             "token (~12x slower evaluation through an adapter; docs/benchmarks.md). No effect on GPU engines"
         ),
     )
+    cpu_merged_slots: int = Field(
+        0, ge=0, le=64,
+        description=(
+            "with the grouped kernels: adapter slots whose merged weights (base + B @ A per LoRA layer) a CPU engine "
+            "keeps, so a step whose every token belongs to one adapter (one request, or an evaluation's batch) costs "
+            "what the base's does; mixed batches keep the grouped kernels. Memory: a copy of the base's linear "
+            "weights plus one merged copy of the adapted layers per slot. 0: off (serving.engine.lora_merge)"
+        ),
+    )
 
     vision_tower: bool = Field(
         False,

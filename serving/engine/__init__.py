@@ -4,6 +4,7 @@
 registration per adapter, the per-replica adapter LRU with pins (:class:`PinnedLRU`).
 :mod:`~serving.engine.lora_kernels` are grouped-by-adapter LoRA kernels for vLLM's CPU backend,
 installed by the worker extension :mod:`~serving.engine.lora_worker`;
+:mod:`~serving.engine.lora_merge` runs a step of one adapter's rows on merged weights;
 :mod:`~serving.engine.lora_coverage` asks the engine which of an adapter's modules it applied;
 :mod:`~serving.engine.cpu_affinity` splits the cores between the engine's worker and everything
 else; :mod:`~serving.engine.allocator` picks the engine processes' malloc;
@@ -26,6 +27,7 @@ from serving.engine.cpu_affinity import (
     split_cores,
 )
 from serving.engine.lora_coverage import LoraCoverageExtension, refusal
+from serving.engine.lora_merge import SLOTS_ENV as MERGED_SLOTS_ENV  # engine env: slots with merged weights
 
 if TYPE_CHECKING:
     from serving.engine.llm_server import GatewayLLMServer, PinnedLRU, VerifiedLoraLoader
@@ -43,7 +45,7 @@ _LAZY = {"serving.engine.llm_server": ("GatewayLLMServer", "PinnedLRU", "Verifie
 __getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on first use
 
 
-__all__ = ["BIND_ENV", "COVERAGE_EXTENSION_PATH", "FALLBACK_ENV", "SERVER_CLS_PATH", "WORKER_EXTENSION_PATH", "CoreSplit", "GatewayLLMServer",
+__all__ = ["BIND_ENV", "COVERAGE_EXTENSION_PATH", "FALLBACK_ENV", "MERGED_SLOTS_ENV", "SERVER_CLS_PATH", "WORKER_EXTENSION_PATH", "CoreSplit", "GatewayLLMServer",
            "GroupedLoraWorkerExtension", "LoraCoverageExtension", "PinnedLRU", "VerifiedLoraLoader", "allocator_env", "bound_cores",
            "describe_allocator", "engine_start", "find_jemalloc", "pin_session", "plan_core_split", "refusal",
            "replica_timing", "split_cores"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from serving.engine import lora_merge
 from serving.engine.lora_coverage import LoraCoverageExtension
 from serving.engine.lora_kernels import STATS, install
 
@@ -22,6 +23,8 @@ EXTENSION_QUALNAME = f"{__name__}.GroupedLoraWorkerExtension"
 
 #: Whether the grouped kernels are installed in this process (False off the CPU platform).
 INSTALLED = install()
+#: Merged weights for single-adapter steps (serving.engine.lora_merge), when the engine env asks for them.
+MERGED = lora_merge.install() if INSTALLED else None
 
 
 class GroupedLoraWorkerExtension(LoraCoverageExtension):
@@ -30,7 +33,9 @@ class GroupedLoraWorkerExtension(LoraCoverageExtension):
     def lora_kernel_stats(self) -> dict[str, Any]:
         from vllm.platforms import current_platform
 
-        return {"installed": INSTALLED, "punica_wrapper": current_platform.get_punica_wrapper(), **STATS}
+        merged = MERGED.stats if MERGED is not None else {}
+        return {"installed": INSTALLED, "punica_wrapper": current_platform.get_punica_wrapper(), **STATS,
+                "merged_slots": MERGED.slots if MERGED is not None else 0, **merged}
 
 
-__all__ = ["EXTENSION_QUALNAME", "INSTALLED", "GroupedLoraWorkerExtension"]
+__all__ = ["EXTENSION_QUALNAME", "INSTALLED", "MERGED", "GroupedLoraWorkerExtension"]

@@ -1,7 +1,8 @@
 """The grouped CPU LoRA kernels (serving.engine.lora_kernels) inside the running embedded gateway.
 
 * They run where the model runs: vLLM's worker process logs that it uses them.
-* A batch that mixes the base model and several adapters gives each request what it gets alone.
+* A batch that mixes the base model and several adapters (the grouped kernels) gives each request
+  what it gets alone (one adapter's rows: merged weights, serving.engine.lora_merge).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def test_the_engine_worker_uses_the_grouped_kernels(stack):
     stack.first_logprobs(f"{stack.base}:maze-grpo")  # the engine has run an adapter step
     assert _engine_log_lines("Using GroupedPunicaWrapperCPU")
     assert _engine_log_lines("grouped CPU LoRA kernels active")
+    assert stack.cfg.lora.cpu_merged_slots == 2  # the embedded config: single-adapter steps on merged weights
+    assert _engine_log_lines("merged LoRA weights for single-adapter steps (up to 2 slots)")
 
 
 def test_mixed_batch_gives_each_request_its_own_model(stack):
