@@ -10,7 +10,13 @@ greedy, 32 tokens a turn):
 1. base vs ``maze-grpo`` at concurrency 1, 8 and 32, interleaved: each round runs both models at each
    concurrency, the model that goes first alternating from round to round, so the machine's drift and
    the other load on it hit both alike; turns/s per block and the adapter/base ratio of the summed turns
-   and wall times;
+   and wall times. The two models play different episodes (the base walks into walls and sees the
+   same frame again; the adapter solves mazes and sees a new frame each turn), so this ratio mixes
+   the adapter's cost with a different workload;
+1b. the same turns for both (``replayed``, benchmarks/support/replay.py): each round the adapter's own
+   episodes on fresh seeds, recorded through a copy of it under another name, are replayed request by
+   request to the base and to ``maze-grpo``, every reply held to its recorded length: the adapter's
+   own cost on the evaluation's workload;
 2. 8 different adapters mixed vs one adapter at concurrency 8 (8 copies of ``maze-grpo`` under 8 names:
    8 separate adapters and LoRA slots in vLLM with identical arithmetic, so the episodes are the same
    and only the mixing differs), also interleaved;
@@ -43,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 from agent.config import EndpointConfig, RunnerConfig, SamplingParams
 from agent.runner import run_endpoint_async
 from benchmarks.support.provenance import engine_settings, provenance
+from benchmarks.support.replay import record, replay
 from benchmarks.support.stack import dev_assets, stack_config
 
 log = logging.getLogger("lora_parity")
@@ -51,6 +58,7 @@ MAX_TOKENS = 32  # maze-eval's default
 # Episodes per block at each concurrency: enough turns for a stable rate, bounded in time.
 EPISODES = {1: 6, 8: 16, 32: 32}
 MIX = 8
+RECORDER = "maze-grpo-recorder"  # the adapter's copy whose episodes are replayed to both sides
 
 
 def runner_config(concurrency: int) -> RunnerConfig:
@@ -133,6 +141,29 @@ def push_copies(cfg, folder: Path, names: list[str]) -> None:
         store.push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank)
 
 
+def replayed(cfg, url: str, folder: Path, concurrency: int, rounds: int) -> dict:
+    """Base and adapter on the same turns: each round, the adapter's own episodes on fresh seeds
+    (recorded through a copy of it under another name, so neither side's prefix cache holds them)
+    replayed to both, every reply held to its recorded length, the side going first alternating."""
+    base = cfg.base_models[0].id
+    push_copies(cfg, folder, [RECORDER])
+    n = EPISODES.get(concurrency, concurrency)
+    recorded = [asyncio.run(record(url, f"{base}:{RECORDER}", list(range(1000 + r * n, 1000 + (r + 1) * n)),
+                                   runner_config(concurrency))) for r in range(rounds)]
+    models = {"base": base, "adapter": f"{base}:{ADAPTER}"}
+    runs: dict[str, list[dict]] = {"base": [], "adapter": []}
+    for r, episodes in enumerate(recorded):
+        for name in (("base", "adapter") if r % 2 == 0 else ("adapter", "base")):
+            b = asyncio.run(replay(url, models[name], episodes, concurrency))
+            log.info("replayed round %d c=%d %s: %s", r, concurrency, name, b)
+            runs[name].append(b)
+    out = {name: summarise(bs) for name, bs in runs.items()}
+    out["blocks"] = runs
+    out["ratio_adapter_to_base"] = round(out["adapter"]["turns_per_s"] / out["base"]["turns_per_s"], 3)
+    out.update(round_ratios(runs["adapter"], runs["base"]))
+    return out
+
+
 def mixed_vs_one(cfg, url: str, folder: Path, rounds: int) -> dict:
     """8 adapters (copies of ``folder`` under 8 names) mixed vs the first of them alone, at c=8."""
     base = cfg.base_models[0].id
@@ -174,6 +205,14 @@ def run(args) -> dict:
             r["loadavg_before"], r["loadavg_after"] = before, load()
             out["base_vs_adapter"][f"c{c}"] = r
             log.info("c=%d adapter/base %.3f", c, r["ratio_adapter_to_base"])
+        if not args.skip_replay:
+            out["replayed"] = {}
+            for c in args.concurrency:
+                before = load()
+                r = replayed(cfg, url, assets.shipped[ADAPTER], c, args.rounds)
+                r["loadavg_before"], r["loadavg_after"] = before, load()
+                out["replayed"][f"c{c}"] = r
+                log.info("replayed c=%d adapter/base %.3f", c, r["round_ratio_median"])
         if not args.skip_mix:
             out["eight_mixed_vs_one_c8"] = mixed_vs_one(cfg, url, assets.shipped[ADAPTER], args.rounds)
         if not args.skip_eval:
@@ -199,6 +238,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per comparison")
     ap.add_argument("--concurrency", type=int, nargs="*", default=[1, 8, 32])
     ap.add_argument("--skip-mix", action="store_true", help="no 8-adapters-mixed comparison")
+    ap.add_argument("--skip-replay", action="store_true", help="no replayed-turns comparison")
     ap.add_argument("--skip-eval", action="store_true", help="no 64-maze evaluations")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
