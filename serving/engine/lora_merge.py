@@ -4,8 +4,7 @@ adapter's.
 
 Why: on CPU the adapter's part of a layer is a handful of small tensor calls per projection slice
 (:func:`serving.engine.lora_kernels.grouped_lora`), and a decode step of ``maze-tiny`` is made of
-such calls: with one request in flight they cost an adapter turn ~15 ms on top of the base's ~60 ms
-of engine work. A step of one adapter's rows (one request, or a batch that all names the same
+such calls: with one request in flight they are a large part of an adapter turn's engine time. A step of one adapter's rows (one request, or a batch that all names the same
 adapter, as an evaluation does) can instead use the merged matrix, at exactly the base's cost.
 Mixed batches, and rows of the base model, keep the grouped kernels.
 
