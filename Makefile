@@ -38,12 +38,12 @@ bench: setup
 	$(PY) benchmarks/runner_overhead.py
 	$(PY) benchmarks/rollout_cache.py
 	$(PY) benchmarks/auth_overhead.py
-	$(PY) benchmarks/paired_ab.py --runs 3 --blocks 16 --per-block 8 --c8-blocks 6 --c8-per-block 192
+	$(PY) benchmarks/paired_ab.py --runs 3 --variant-runs 1 --variants embedded,cpu-affinity-none,ray-niceness-0,glibc-mmap-default,mm-cache-4gb --blocks 16 --per-block 8 --c8-blocks 6 --c8-per-block 192
 	$(PY) benchmarks/server_timing.py
 	$(PY) benchmarks/lora_parity.py --rounds 5 --skip-mix --skip-eval
 	$(PY) benchmarks/load_checks.py --adapters 12
 	$(PY) benchmarks/time_to_servable.py
-	$(PY) benchmarks/first_run.py --cold all
+	$(PY) benchmarks/first_run.py --cold all --fresh-clone
 	$(PY) benchmarks/soak.py --duration-s 600
 	$(PY) benchmarks/recovery.py
 	$(PY) benchmarks/fault_matrix.py
