@@ -47,6 +47,7 @@ bench: setup
 	$(PY) benchmarks/soak.py --duration-s 600
 	$(PY) benchmarks/recovery.py
 	$(PY) benchmarks/fault_matrix.py
+	$(PY) benchmarks/placement_calibrate.py
 	$(PY) benchmarks/placement_sim.py
 	$(PY) benchmarks/frameworks.py
 	$(PY) benchmarks/walkthrough.py --trainer-seeds 42 1 2
