@@ -332,11 +332,13 @@ def test_the_check_fails_when_a_registered_figure_changes(page):
 def test_the_check_reports_new_figures_and_ignores_code():
     """A new figure in prose is unregistered; the same number in code, a name, a version or a range
     is not a figure; a field that holds another value fails."""
-    registry = {"x.md": {"figures": {"auth_overhead.json": {"p50 {6.91} ms": "pooled.open_p50_ms",
-                                                              "p95 {10.04} ms": "pooled.open_p95_ms"}}}}
-    text = "p50 6.91 ms and p95 10.04 ms"
+    pooled = json.loads((ROOT / "benchmarks" / "results" / "auth_overhead.json").read_text())["pooled"]
+    p50, wrong_p95 = f"{pooled['open_p50_ms']:.2f}", f"{pooled['open_p95_ms'] + 0.01:.2f}"  # one right, one not
+    registry = {"x.md": {"figures": {"auth_overhead.json": {f"p50 {{{p50}}} ms": "pooled.open_p50_ms",
+                                                              f"p95 {{{wrong_p95}}} ms": "pooled.open_p95_ms"}}}}
+    text = f"p50 {p50} ms and p95 {wrong_p95} ms"
     problems = check_page("x.md", text, registry)
-    assert len(problems) == 1 and "10.04" in problems[0], problems  # the file holds 10.03
+    assert len(problems) == 1 and wrong_p95 in problems[0], problems
     assert any("unregistered figure 7.2" in p for p in check_page("x.md", text + ", 7.2 ms more", registry))
     quiet = text + "; `--rounds 0.5`, Ray 2.60.1, Python 3.11, p50, Qwen3-VL-8B, c=8, 2-core, seeds 0..63, 404\n"
     assert check_page("x.md", quiet, registry) == problems
