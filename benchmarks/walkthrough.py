@@ -136,13 +136,16 @@ def seed_spec(tmp: Path, spec: dict, seed: int) -> Path:
 def one_run(spec_path: str, adapter: str, ctx: dict) -> dict:
     """Submit one job and watch it to its end: its served curve, wall time and commands."""
     spec = yaml.safe_load((ROOT / spec_path).read_text())
+    from training.spec import TrainSpec
+
+    seed = TrainSpec.model_validate(spec).optim.seed  # the spec's, or its default when it leaves it out
     for key in ("ckpt_path", "export_path"):  # a fresh run: a leftover checkpoint would be resumed
         subprocess.run(["rm", "-rf", spec["output"][key]], check=True)
     env, address, tmp = ctx["env"], ctx["address"], ctx["tmp"]
     submit = _cli("training.cli", "submit", "--address", address, "--trainer", "local", spec_path)
     t0 = time.monotonic()
     job = subprocess.run(submit, env=env, check=True, cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    _say(f"submitted {job} (seed {spec.get('optim', {}).get('seed', 42)})")
+    _say(f"submitted {job} (seed {seed})")
     watch = _cli("training.cli", "watch", job, "--adapter", adapter, "--address", address,
                  "--serving-config", str(ctx["serving"]), "--endpoint", ctx["base_url"],
                  "--ledger", str(tmp / f"ledger-{adapter}.json"), "--interval", "10")
@@ -150,7 +153,7 @@ def one_run(spec_path: str, adapter: str, ctx: dict) -> dict:
     wall_s = round(time.monotonic() - t0, 1)
     points = curve(ctx["db"], job, lines)
     best = max(points, key=lambda p: (p["served_solved"], -p["step"]))
-    return {"seed": spec.get("optim", {}).get("seed", 42), "job": job, "adapter": adapter,
+    return {"seed": seed, "job": job, "adapter": adapter,
             "submit_to_last_score_s": wall_s, "first_step": points[0]["step"], "best_step": best["step"],
             "rise_solved": best["served_solved"] - points[0]["served_solved"], "curve": points,
             "commands": [" ".join(submit), " ".join(watch)],

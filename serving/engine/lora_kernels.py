@@ -66,7 +66,7 @@ def adapter_groups(indices: torch.Tensor) -> Groups:
     return groups
 
 
-def _weight(stacked: torch.Tensor, slot: int) -> torch.Tensor:
+def slot_weight(stacked: torch.Tensor, slot: int) -> torch.Tensor:
     """One slot's (out, in) matrix from vLLM's stacked (slots, 1, out, in) or (slots, out, in)."""
     w = stacked[slot]
     return w[0] if w.dim() == 3 else w
@@ -84,7 +84,7 @@ def grouped_shrink(y: torch.Tensor, x: torch.Tensor, a_stacked: torch.Tensor, gr
     """``y[rows] = (x[rows] @ A[slot].T) * scale`` per group; other rows of ``y`` are left as they are
     (vLLM's callers pass a zeroed buffer)."""
     for slot, rows in groups:
-        w = _weight(a_stacked, slot)
+        w = slot_weight(a_stacked, slot)
         out = torch.mm(x[rows].to(y.dtype), w.to(y.dtype).t())
         if scale != 1.0:
             out.mul_(scale)
@@ -97,7 +97,7 @@ def grouped_expand(y: torch.Tensor, x: torch.Tensor, b_stacked: torch.Tensor, gr
     vocab padding, are dropped as the stock op does)."""
     cols = y[:, offset: offset + size]
     for slot, rows in groups:
-        w = _weight(b_stacked, slot)
+        w = slot_weight(b_stacked, slot)
         width = min(w.shape[0], cols.shape[1])
         xg, w_t = x[rows].to(y.dtype), w[:width].to(y.dtype).t()
         if add_inputs:
@@ -120,13 +120,13 @@ class SlotViews:
     def __call__(self, stacked: torch.Tensor, slot: int) -> torch.Tensor:
         hit = self._views.get((id(stacked), slot))
         if hit is None or hit[0] is not stacked:  # the reference held also keeps the id from being reused
-            hit = (stacked, _weight(stacked, slot).t())
+            hit = (stacked, slot_weight(stacked, slot).t())
             self._views[(id(stacked), slot)] = hit
         return hit[1]
 
 
 def _transposed(stacked: torch.Tensor, slot: int) -> torch.Tensor:
-    return _weight(stacked, slot).t()
+    return slot_weight(stacked, slot).t()
 
 
 def grouped_lora(y: torch.Tensor, x: torch.Tensor, a_stacked: tuple[torch.Tensor, ...],
@@ -263,4 +263,4 @@ _STOCK: dict[type, Any] = {}
 
 
 __all__ = ["STATS", "WRAPPER_QUALNAME", "GroupedPunicaWrapperCPU", "SlotViews", "adapter_groups", "grouped_expand",
-           "grouped_lora", "grouped_shrink", "install", "uninstall"]
+           "grouped_lora", "grouped_shrink", "install", "slot_weight", "uninstall"]

@@ -4,8 +4,9 @@ adapter's.
 
 Why: on CPU the adapter's part of a layer is a handful of small tensor calls per projection slice
 (:func:`serving.engine.lora_kernels.grouped_lora`), and a decode step of ``maze-tiny`` is made of
-such calls: with one request in flight they are a large part of an adapter turn's engine time. A step of one adapter's rows (one request, or a batch that all names the same
-adapter, as an evaluation does) can instead use the merged matrix, at exactly the base's cost.
+such calls: with one request in flight they are a large part of an adapter turn's engine time. A
+step of one adapter's rows (one request, or a batch that all names the same adapter, as an
+evaluation does) can instead use the merged matrix, at exactly the base's cost.
 Mixed batches, and rows of the base model, keep the grouped kernels.
 
 How: :func:`install` (in the engine's worker process, before the model is built) keeps a reference
@@ -58,11 +59,12 @@ def merged_weight(base: torch.Tensor, a_stacked, b_stacked, slices, slot: int) -
     adapter's scale), as a new (out, in) matrix."""
     import torch
 
+    from serving.engine.lora_kernels import slot_weight  # imports vLLM: the engine's worker only
+
     w = base.detach().clone()
     offset = 0
     for a, b, size in zip(a_stacked, b_stacked, slices, strict=True):
-        a_s, b_s = a[slot], b[slot]
-        a_s, b_s = (a_s[0] if a_s.dim() == 3 else a_s), (b_s[0] if b_s.dim() == 3 else b_s)
+        a_s, b_s = slot_weight(a, slot), slot_weight(b, slot)
         w[offset: offset + size].add_(torch.mm(b_s[:size].to(w.dtype), a_s.to(w.dtype)))
         offset += size
     return w
