@@ -187,6 +187,15 @@ class GroupedPunicaWrapperCPU(PunicaWrapperCPU):
     def _tokens(self, x: torch.Tensor) -> Groups | None:
         return self._token_groups if x.size(0) == self._token_rows else None
 
+    def single_slot(self, rows: int) -> int | None:
+        """The adapter slot owning every one of this step's ``rows`` token rows, else None (mixed
+        adapters, base rows, or ``rows`` that are not the step's tokens)."""
+        groups = self._token_groups
+        if len(groups) != 1 or self._token_rows != rows:
+            return None
+        slot, span = groups[0]
+        return slot if isinstance(span, slice) and span.start == 0 and span.stop == rows else None
+
     def add_shrink(self, y, x, lora_a_stacked, scale, **kwargs):
         x = x.view(-1, x.shape[-1])
         groups = self._tokens(x)

@@ -45,13 +45,10 @@ def merged_slots() -> int:
 
 
 def single_slot(wrapper: Any, rows: int) -> int | None:
-    """The adapter slot owning every one of the step's ``rows`` token rows, else None (mixed
-    adapters, base rows, or a call that is not over the step's tokens)."""
-    groups = getattr(wrapper, "_token_groups", None)
-    if not groups or len(groups) != 1 or getattr(wrapper, "_token_rows", -1) != rows:
-        return None
-    slot, span = groups[0]
-    return slot if isinstance(span, slice) and span.start == 0 and span.stop == rows else None
+    """The adapter slot owning every one of the step's ``rows`` token rows, else None (also for
+    vLLM's stock wrapper, which does not group a step's rows by adapter)."""
+    ask = getattr(wrapper, "single_slot", None)  # GroupedPunicaWrapperCPU's
+    return ask(rows) if ask is not None else None
 
 
 def merged_weight(base: torch.Tensor, a_stacked, b_stacked, slices, slot: int) -> torch.Tensor:

@@ -38,6 +38,7 @@ def test_one_adapters_rows_name_its_slot_and_anything_else_none():
     assert single_slot(wrapper([7, 7, 0, 0], {7: 2}), 4) is None  # base rows too
     assert single_slot(wrapper([7, 7, 9, 9], {7: 2, 9: 1}), 4) is None  # two adapters
     assert single_slot(wrapper([0, 0, 0], {7: 2}), 3) is None  # the base model only
+    assert single_slot(object(), 3) is None  # vLLM's stock wrapper: no grouping, no merged path
 
 
 def test_the_merged_product_is_the_base_plus_the_grouped_adapter_product():
