@@ -58,19 +58,21 @@ class OpenAIPolicy:
     """Chat completions on an OpenAI-compatible endpoint (``model`` may be ``base:adapter``)."""
 
     def __init__(self, endpoint: EndpointConfig, client: Any | None = None):
-        from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+        import httpx
+        from openai import AsyncOpenAI
 
         self.endpoint = endpoint
         self.label = endpoint.model
         self._ready_poll: asyncio.Future | None = None
-        # One connection pool for the chat calls and the /ready probe: a new httpx client builds an
-        # SSL context (~20 ms of CPU, seconds on a loaded machine) inside the event loop.
-        self._http = None if client is not None else DefaultAsyncHttpxClient()
         # Retries are the runner's (counted and budgeted per episode), so the client makes none.
         self.client = client or AsyncOpenAI(
-            base_url=endpoint.base_url, api_key=endpoint.api_key, timeout=endpoint.timeout_s, max_retries=0,
-            http_client=self._http,
+            base_url=endpoint.base_url, api_key=endpoint.api_key, timeout=endpoint.timeout_s, max_retries=0
         )
+        # The /ready probe's client, built here rather than when a run starts waiting: building one
+        # loads the CA bundle (~20 ms of CPU, seconds on a loaded machine) inside the event loop. A
+        # plain-HTTP endpoint has no certificate to check, so it skips the bundle.
+        self._probe = httpx.AsyncClient(timeout=READY_POLL_S * 5,
+                                        verify=not endpoint.base_url.startswith("http://"))
 
     async def __call__(self, messages: list[Message], sampling: SamplingParams) -> PolicyReply:
         import openai
@@ -125,26 +127,21 @@ class OpenAIPolicy:
         import httpx
 
         root = self.endpoint.base_url.rstrip("/").removesuffix("/v1")
-        own = self._http is None  # a caller's OpenAI client: the probe needs a pool of its own
-        http = httpx.AsyncClient() if own else self._http
-        try:
-            while True:
-                try:
-                    status = (await http.get(f"{root}/ready", timeout=READY_POLL_S * 5)).status_code
-                except httpx.HTTPError:
-                    status = None
-                if status == 200:
-                    return True
-                if status in (404, 405):
-                    return None
-                await asyncio.sleep(READY_POLL_S)
-        finally:
-            if own:
-                await http.aclose()
+        while True:
+            try:
+                status = (await self._probe.get(f"{root}/ready")).status_code
+            except httpx.HTTPError:
+                status = None
+            if status == 200:
+                return True
+            if status in (404, 405):
+                return None
+            await asyncio.sleep(READY_POLL_S)
 
     async def aclose(self) -> None:
         if self._ready_poll is not None:
             self._ready_poll.cancel()
+        await self._probe.aclose()
         await self.client.close()
 
 

@@ -8,6 +8,7 @@ by query parameters in the model id, deterministically, so one server covers eve
     bfs?malformed=0.3                ~30% of replies unparseable (hash of the request decides)
     bfs?fail_first=2&status=429      each distinct request fails twice with 429, then succeeds
     bfs?delay=0.5                    every reply waits 0.5 s
+    bfs?gather=4                     replies wait (10 s at most) until 4 requests were in flight at once
     bfs?protocol=keyword             reply in the keyword protocol
     bfs:noisy                        a listed "adapter" preset (see PRESETS)
 
@@ -107,6 +108,7 @@ def create_app() -> FastAPI:
         state.recent.append({"model": model, "messages": messages})
         try:
             await asyncio.sleep(float(opts.get("delay", 0)))
+            await _gathered(state, int(opts.get("gather", 0)))
             state.attempts[key] += 1
             if state.attempts[key] <= int(opts.get("fail_first", 0)):
                 status = int(opts.get("status", 500))
@@ -127,6 +129,14 @@ def create_app() -> FastAPI:
         }
 
     return app
+
+
+async def _gathered(state: _State, n: int, limit_s: float = 10.0) -> None:
+    """Hold a reply until ``n`` requests have been in flight at once (since the last reset): a
+    client's concurrency then shows in ``max_in_flight`` however slowly the machine runs it."""
+    deadline = time.monotonic() + limit_s
+    while state.max_in_flight < n and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
 
 
 def main() -> None:

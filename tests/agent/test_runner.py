@@ -130,7 +130,10 @@ async def test_timeouts_are_honoured(scripted):
 @pytest.mark.parametrize("concurrency", [1, 4])
 async def test_concurrency_is_respected(scripted, concurrency):
     cfg = RunnerConfig(concurrency=concurrency, max_turns=2)
-    await run_endpoint_async(endpoint(scripted, "bfs?delay=0.05"), range(12), cfg)
+    # The server holds replies until `concurrency` requests were in flight at once (10 s at most),
+    # so the runner reaching its concurrency does not depend on how fast this machine sends them;
+    # one past it would show as a larger maximum.
+    await run_endpoint_async(endpoint(scripted, f"bfs?delay=0.05&gather={concurrency}"), range(12), cfg)
     assert scripted.stats()["max_in_flight"] == concurrency
 
 

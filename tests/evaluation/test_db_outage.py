@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import re
 import threading
 import time
 import uuid
@@ -98,7 +99,10 @@ def test_a_long_outage_stops_the_run_cleanly_and_resume_completes_it(scripted, p
     assert stopped.is_set()
     assert first.exit_code == 3, first.output
     line = first.output.strip().splitlines()[-1]
-    assert "the results database stopped answering (" in line and "waited 2s to store seed" in line
+    assert "the results database stopped answering (" in line
+    # The time it reports is the time it waited: the 2 s budget, more on a loaded machine.
+    waited = re.search(r"waited (\d+)s to store seed", line)
+    assert waited and int(waited.group(1)) >= 2, line
     assert "Traceback" not in first.output
     run_id = line.split("continue with: maze-eval --resume ")[1].strip()
     stored = _keys(db, run_id)
