@@ -130,7 +130,7 @@ async def test_timeouts_are_honoured(scripted):
 @pytest.mark.parametrize("concurrency", [1, 4])
 async def test_concurrency_is_respected(scripted, concurrency):
     cfg = RunnerConfig(concurrency=concurrency, max_turns=2)
-    # The server holds replies until `concurrency` requests were in flight at once (10 s at most),
+    # The server holds replies until `concurrency` requests were in flight at once (5 s at most),
     # so the runner reaching its concurrency does not depend on how fast this machine sends them;
     # one past it would show as a larger maximum.
     await run_endpoint_async(endpoint(scripted, f"bfs?delay=0.05&gather={concurrency}"), range(12), cfg)
@@ -243,3 +243,19 @@ def test_replayed_conversation_is_what_the_runner_sent(protocol):
     assert conversation[:-2] == seen[-1] and len(conversation) == 2 * rec.num_turns + 1
     assert conversation[-2] == {"role": "assistant", "content": rec.turns[-1].reply}
     assert conversation[-1]["content"][0]["text"] == rec.turns[-1].feedback
+
+
+async def test_a_reply_outliving_a_reset_leaves_the_new_counts_alone(scripted):
+    """The scripted server's counts start clean at a reset even while an earlier request is still
+    being answered (one a test's client gave up on): it must not take one off the next test's."""
+    import httpx
+
+    root = scripted.url.removesuffix("/v1")
+    body = {"model": "bfs?delay=1.5", "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient(timeout=10) as http:
+        slow = asyncio.ensure_future(http.post(f"{scripted.url}/chat/completions", json=body))
+        while (await http.get(f"{root}/stats")).json()["in_flight"] < 1:
+            await asyncio.sleep(0.01)
+        (await http.post(f"{root}/stats/reset")).raise_for_status()
+        await slow
+        assert (await http.get(f"{root}/stats")).json() == {"requests": 0, "max_in_flight": 0, "in_flight": 0}
