@@ -13,6 +13,7 @@ one episode on one version, and an OpenAI-compatible server that ignores the hea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 from collections.abc import Awaitable, Callable
@@ -139,10 +140,14 @@ class OpenAIPolicy:
             await asyncio.sleep(READY_POLL_S)
 
     async def aclose(self) -> None:
-        if self._ready_poll is not None:
-            self._ready_poll.cancel()
-        await self._probe.aclose()
-        await self.client.close()
+        try:
+            if self._ready_poll is not None and not self._ready_poll.done():
+                self._ready_poll.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._ready_poll  # off the probe's client before it closes
+            await self._probe.aclose()
+        finally:
+            await self.client.close()
 
 
 def _error_message(exc: Any) -> str:

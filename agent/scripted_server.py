@@ -107,17 +107,17 @@ def create_app() -> FastAPI:
         if not isinstance(messages, list) or not messages:
             return _error(400, "messages must be a non-empty list", "invalid_messages")
         key = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
-        generation = state.generation
+        generation, attempts = state.generation, state.attempts  # the counts of this request's reset
         state.in_flight += 1
         state.max_in_flight = max(state.max_in_flight, state.in_flight)
         state.recent.append({"model": model, "messages": messages})
         try:
             await asyncio.sleep(float(opts.get("delay", 0)))
             await _gathered(state, int(opts.get("gather", 0)))
-            state.attempts[key] += 1
-            if state.attempts[key] <= int(opts.get("fail_first", 0)):
+            attempts[key] += 1
+            if attempts[key] <= int(opts.get("fail_first", 0)):
                 status = int(opts.get("status", 500))
-                return _error(status, f"scripted failure {state.attempts[key]}", "scripted")
+                return _error(status, f"scripted failure {attempts[key]}", "scripted")
             if int(key[:8], 16) / 0xFFFFFFFF < float(opts.get("malformed", 0)):
                 text = "I am not sure where to go."
             else:

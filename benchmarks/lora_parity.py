@@ -156,6 +156,8 @@ def replayed(cfg, url: str, folder: Path, concurrency: int, rounds: int) -> dict
         for name in (("base", "adapter") if r % 2 == 0 else ("adapter", "base")):
             b = asyncio.run(replay(url, models[name], episodes, concurrency))
             log.info("replayed round %d c=%d %s: %s", r, concurrency, name, b)
+            if b["errors"]:  # the two sides would be compared over different turns
+                raise RuntimeError(f"replay to {models[name]} refused {b['errors']} episode(s) in round {r}")
             runs[name].append(b)
     out = {name: summarise(bs) for name, bs in runs.items()}
     out["blocks"] = runs

@@ -50,15 +50,16 @@ async def record(url: str, model: str, seeds: list[int], cfg: RunnerConfig) -> l
 
 
 async def replay(url: str, model: str, episodes: list[Episode], concurrency: int) -> dict:
-    """Every episode's turns in order, ``concurrency`` episodes at once, to ``model``; turns/s over
-    the turns answered 200 (``errors``: the others, each ending its episode's replay)."""
+    """Every episode's turns in order, ``concurrency`` episodes at once, to ``model``; turns/s and
+    reply tokens over the turns answered 200. ``errors``: the episodes whose replay stopped at a
+    refused turn (its later turns are not sent); a connection failure raises."""
     gate = asyncio.Semaphore(concurrency)
-    answered, failed = 0, 0
+    answered, failed, tokens = 0, 0, 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
 
         async def one(turns: Episode) -> None:
-            nonlocal answered, failed
+            nonlocal answered, failed, tokens
             async with gate:
                 for messages, n in turns:
                     r = await http.post("/chat/completions", json={
@@ -67,13 +68,13 @@ async def replay(url: str, model: str, episodes: list[Episode], concurrency: int
                         failed += 1
                         return
                     answered += 1
+                    tokens += n
 
         t0 = time.perf_counter()
         await asyncio.gather(*(one(e) for e in episodes))
         wall = time.perf_counter() - t0
     return {"episodes": len(episodes), "turns": answered, "wall_s": round(wall, 3),
-            "turns_per_s": round(answered / wall, 2), "errors": failed,
-            "reply_tokens": sum(n for e in episodes for _, n in e)}
+            "turns_per_s": round(answered / wall, 2), "errors": failed, "reply_tokens": tokens}
 
 
 __all__ = ["Episode", "RecordingPolicy", "record", "replay"]

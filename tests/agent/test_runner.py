@@ -118,13 +118,28 @@ async def test_permanent_failures_are_not_retried(scripted, model, status):
     assert scripted.stats()["requests"] == 1
 
 
+class CountingPolicy(OpenAIPolicy):
+    """The endpoint policy, counting the requests it sends (the server may never see one whose
+    client gave up before its body was read)."""
+
+    sent = 0
+
+    async def __call__(self, messages, sampling):
+        self.sent += 1
+        return await super().__call__(messages, sampling)
+
+
 async def test_timeouts_are_honoured(scripted):
     cfg = RunnerConfig(retry=RetryPolicy(max_attempts=2, backoff_initial_s=0.0, wait_budget_s=0.5))
-    (rec,) = await run_endpoint_async(endpoint(scripted, "bfs?delay=5", timeout_s=0.3), [0], cfg)
-    # Each request gave up after 0.3 s, not the server's 5 s (its reply would have been a move), and
-    # the 0.5 s spent waiting for the endpoint holds at most two more of them after the first.
+    policy = CountingPolicy(endpoint(scripted, "bfs?delay=5", timeout_s=0.3))
+    try:
+        (rec,) = await run_episodes_async(policy, [0], cfg)
+    finally:
+        await policy.aclose()
+    # Each request gave up after 0.3 s, not the server's 5 s (its reply would have been a move); the
+    # first timeout starts the 0.5 s wait for the endpoint, which holds one or two more of them.
     assert rec.stop_reason is StopReason.ERROR and "Timeout" in rec.error and rec.num_turns == 0
-    assert 2 <= scripted.stats()["requests"] <= 3
+    assert 2 <= policy.sent <= 3
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])
@@ -255,6 +270,7 @@ async def test_a_reply_outliving_a_reset_leaves_the_new_counts_alone(scripted):
     async with httpx.AsyncClient(timeout=10) as http:
         slow = asyncio.ensure_future(http.post(f"{scripted.url}/chat/completions", json=body))
         while (await http.get(f"{root}/stats")).json()["in_flight"] < 1:
+            assert not slow.done(), "the 1.5 s reply ended before the server counted it in flight"
             await asyncio.sleep(0.01)
         (await http.post(f"{root}/stats/reset")).raise_for_status()
         await slow
