@@ -81,5 +81,7 @@ def test_a_cpu_engine_without_tower_lora_reports_what_it_leaves_out(tmp_path):
     assert len(lm["report"]["left_out"]) == 24 and all(m["zero"] for m in lm["report"]["left_out"])
     assert "28 of 28 LoRA modules name no module of the base" in renamed["refusal"]
     assert renamed["report"]["applied"] == 0
-    for one in (tower, lm, renamed):  # the report left at registration is the RPC's, read once
-        assert one["left"] == one["report"] and one["gone"] is None and 0 < one["seconds"] < 1
+    # The report left at registration is the RPC's, read once, and says how long the check took (a
+    # wall time on a niced test worker: its size is benchmarks/load_checks.py's to measure).
+    for one in (tower, lm, renamed):
+        assert one["left"] == one["report"] and one["gone"] is None and one["seconds"] > 0
