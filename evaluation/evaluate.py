@@ -33,6 +33,7 @@ from evaluation.errors import EndpointUnavailable, EvalError, UnknownRun  # noqa
 from evaluation.manifest import RunManifest, RunnerSettings
 from evaluation.store import Store, is_unavailable
 from evaluation.summary import RetryReport, RunSummary, summarize
+from serving.adapters import ModelId
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ async def pinned_version(client: httpx.AsyncClient, endpoint: str, model_id: str
     """The adapter version a run pins, resolved once at its start through the endpoint's model card
     (``GET /models/{base:name}`` reports the version the alias serves now; ``version`` given:
     checked to exist). None when the endpoint reports no versions (a server other than the gateway)."""
-    model = f"{model_id}@{version}" if version else model_id
+    model = str(ModelId.parse(model_id).at(version or None))
     try:
         resp = await client.get(f"{endpoint.rstrip('/')}/models/{model}")
     except httpx.HTTPError as exc:
@@ -222,12 +223,14 @@ async def _new_manifest(cfg: EvalConfig) -> RunManifest:
         base = cfg.base or (bases[0] if bases else None)
         if base is None or base not in ids:
             raise EndpointUnavailable(f"base model {base!r} is not served at {endpoint}; it serves {bases}")
-        adapter, _, wanted_version = (cfg.adapter or "").partition("@")
-        model_id = f"{base}:{adapter}" if adapter else base
+        wanted = ModelId.adapter(cfg.adapter or "", check=False)  # the endpoint checks it (a 400)
+        adapter = wanted.name
+        model_id = str(wanted.on(base).unversioned) if adapter else base
         if not any(m.get("id") == model_id for m in models):
-            known = sorted(i.split(":", 1)[1] for i in ids if i and i.startswith(base + ":"))
+            known = sorted(served.adapter_part for served in map(ModelId.parse, filter(None, ids))
+                           if served.is_adapter and served.base == base)
             raise EndpointUnavailable(f"adapter {adapter!r} is not available for {base!r} at {endpoint}; known: {known}")
-        version = await pinned_version(client, endpoint, model_id, wanted_version or None) if adapter else None
+        version = await pinned_version(client, endpoint, model_id, wanted.version or None) if adapter else None
     profile = _profile_of(models, base)
     runner = RunnerSettings(
         env_id=cfg.env_id, max_turns=cfg.max_turns or get_variant(cfg.env_id).max_turns,

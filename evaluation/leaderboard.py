@@ -12,6 +12,7 @@ from evaluation.manifest import RunManifest
 from evaluation.stats import mcnemar_exact
 from evaluation.store import Store
 from evaluation.summary import RunSummary, summarize
+from serving.adapters import ModelId
 
 
 class LeaderboardRow(BaseModel):
@@ -29,7 +30,7 @@ class LeaderboardRow(BaseModel):
 
     @property
     def model(self) -> str:
-        return f"{self.base}:{self.adapter}" if self.adapter else self.base
+        return str(ModelId(self.base, self.adapter or None))
 
 
 def seeds_label(seeds: list[int]) -> str:

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializ
 
 from agent.config import ConfigModel, EnvId, History, RetryPolicy, RunnerConfig, SamplingParams
 from agent.protocol import get_protocol
+from serving.adapters import ModelId
 
 MANIFEST_VERSION = 2
 #: The runner's settings that version 1 manifests held as top-level fields.
@@ -114,13 +115,13 @@ class RunManifest(BaseModel):
     @property
     def model_id(self) -> str:
         """The model as the user named it (``base:adapter``): what runs are grouped and compared by."""
-        return f"{self.base}:{self.adapter}" if self.adapter else self.base
+        return str(ModelId(self.base, self.adapter or None))
 
     @property
     def served_model(self) -> str:
         """The model every request of the run is sent as: ``base:adapter@version`` when pinned, so
         the run (and a resume of it) keeps its version even when the adapter's alias moves."""
-        return f"{self.model_id}@{self.adapter_version}" if self.adapter and self.adapter_version else self.model_id
+        return str(ModelId(self.base, self.adapter or None, (self.adapter_version or None) if self.adapter else None))
 
     @property
     def expected_episodes(self) -> int:

@@ -18,6 +18,7 @@ from evaluation.manifest import RunManifest
 from evaluation.served import served_step_of_run
 from evaluation.store import Store
 from evaluation.summary import summarize
+from serving.adapters import ModelId
 
 COLOURS = {"goal": "#2e7d32", "wrong_stop": "#c62828", "turn_limit": "#ef6c00", "error": "#616161"}
 
@@ -121,7 +122,7 @@ def render_html(run: dict, records: list[EpisodeRecord], checkpoint: dict | None
     if checkpoint:
         c = {k: html.escape(str(v)) for k, v in checkpoint.items()}
         step_html = (f"<p>step {c['step']} of training run <code>{c['source']}</code>, published as "
-                     f"<code>{c['adapter']}@{c['version']}</code>; the run's served curve: "
+                     f"<code>{ModelId(None, c['adapter'], c['version'])}</code>; the run's served curve: "
                      f"<code>maze-eval report --curve {c['source']}</code></p>")
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>maze-eval {html.escape(run['run_id'])}</title><style>{_CSS}</style></head><body>

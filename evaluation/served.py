@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from evaluation.store import Store
 from evaluation.summary import summarize
+from serving.adapters import ModelId
 
 SERVED_METRIC = "served/pass_at_1"
 TRAINER_METRIC = "trainer/pass_at_1"
@@ -60,7 +61,7 @@ class ServedCurve(BaseModel):
     def promote_command(self) -> str | None:
         """The command that makes the adapter name serve the best step."""
         best = self.best
-        return f"maze-serve adapters promote {self.adapter}@{best.version}" if best else None
+        return f"maze-serve adapters promote {ModelId(None, self.adapter, best.version)}" if best else None
 
 
 def record_served_step(store: Store, source: str, step: int, *, base: str, adapter: str, version: str,

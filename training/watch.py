@@ -262,7 +262,9 @@ class Watcher:
         done = await asyncio.to_thread(publish, self.cfg.export_path, step, self.cfg.adapter,
                                        serving_config=self.cfg.serving_config, base=self.cfg.base, force=True)
         self.ledger.record(step, done.version)
-        self.say(f"step {step}: published {done.base}:{done.name}@{done.version}")
+        from serving.adapters import ModelId
+
+        self.say(f"step {step}: published {ModelId(done.base, done.name, done.version)}")
         return done.version
 
     async def _parity_ok(self, step: int, version: str) -> bool:
@@ -289,7 +291,10 @@ class Watcher:
         from evaluation import evaluate_async
         from evaluation.served import served_run_name
 
-        cfg = self._eval.model_copy(update={"endpoint": await self.endpoint(), "adapter": f"{self.cfg.adapter}@{version}",
+        from serving.adapters import ModelId
+
+        cfg = self._eval.model_copy(update={"endpoint": await self.endpoint(),
+                                            "adapter": str(ModelId(None, self.cfg.adapter, version)),
                                             "run_name": served_run_name(self.cfg.source, step.step)})
         if run is not None:
             self.say(f"step {step.step}: resuming run {run['run_id']}")

@@ -13,6 +13,7 @@ from agent.cli_boundary import json_option
 from evaluation.cli.common import open_store, pct, tokens
 from evaluation.config import DEFAULT_SEEDS
 from evaluation.leaderboard import leaderboard
+from serving.adapters import ModelId
 
 
 @click.command("leaderboard")
@@ -58,7 +59,7 @@ def leaderboard_table(rows: list, points: list[dict], *, wide: bool = False) -> 
         table.add_column(col, overflow="fold", no_wrap=col in ("solve rate", "95% CI", "n"))
     for r in rows:
         s = r.summary
-        model = r.model + (f"@{r.adapter_version}" if r.adapter_version else "")
+        model = str(ModelId.parse(r.model).at(r.adapter_version or None))
         if r.seeds != DEFAULT_SEEDS:
             model += f" (seeds {r.seeds})"
         cells = [model, r.env_id, r.protocol, pct(s.solve_rate), f"{s.ci_low:.1%}-{s.ci_high:.1%}", str(s.n),

@@ -22,14 +22,15 @@ from serving.adapters.files import (
 )
 from serving.adapters.modules import AdapterModules, check_servable, inspect_adapter, unsupported_features
 from serving.adapters.parity import ParityRecord, parity_label
-from serving.adapters.refs import AdapterRef, AliasMove, check_name, check_version, split_model_name
+from serving.adapters.model_id import ModelId
+from serving.adapters.refs import AdapterRef, AliasMove, check_name, check_version
 from serving.adapters.resolver import AdapterResolver
 from serving.adapters.s3 import LOCAL_S3_CREDENTIALS, ObjectChanged, S3Bucket, export_s3_env, is_local, s3_env
 from serving.adapters.store import AdapterStore
 
 __all__ = ["CONFIG", "LOCAL_S3_CREDENTIALS", "WEIGHTS", "AdapterModules", "AdapterRef", "AdapterResolver",
-           "AdapterStore", "AliasMove", "Canary", "ObjectChanged", "ParityRecord", "S3Bucket", "VerifyReport",
+           "AdapterStore", "AliasMove", "Canary", "ModelId", "ObjectChanged", "ParityRecord", "S3Bucket", "VerifyReport",
            "check_name", "check_servable", "check_version", "check_weight", "content_version", "content_version_of",
            "download_version", "export_s3_env", "inspect_adapter", "is_local", "parity_label", "s3_env",
            "serves_canary", "session_key",
-           "split_model_name", "unsupported_features", "validate_adapter", "verify_adapter_folder"]
+           "unsupported_features", "validate_adapter", "verify_adapter_folder"]

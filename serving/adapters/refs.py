@@ -39,15 +39,6 @@ def check_version(version: str) -> str:
     return version
 
 
-def split_model_name(text: str) -> tuple[str, str | None]:
-    """``name`` or ``name@version`` -> (name, version or None), both checked."""
-    name, sep, version = text.partition("@")
-    check_name(name)
-    if sep and not VERSION.match(version):
-        raise BadAdapterName(f"invalid adapter version in {text!r}: versions are 12 lowercase hex digits")
-    return name, (version if sep else None)
-
-
 @dataclass(frozen=True)
 class AliasMove:
     """One move of an alias: which version it pointed to from when on, and why; for a canary

@@ -30,6 +30,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from serving.adapters.model_id import ModelId
 from serving.adapters.store import AdapterRef, AdapterStore
 from serving.errors import AdapterNotFound, AdapterStoreUnavailable
 from serving.metrics import metric
@@ -70,8 +71,7 @@ class AdapterResolver:
             BadAdapterName (400), AdapterNotFound (404), AdapterStoreUnavailable (503: S3 unreachable
             and no version read within ``stale_if_error_s``).
         """
-        if version is not None:
-            name = f"{name}@{version}"
+        name = ModelId(None, name, version).adapter_part
         hit = self._cache.get(name)
         if hit is not None and hit.until > time.monotonic():
             metric("resolutions").inc(tags={"result": "stale" if hit.stale else "hit"})
@@ -90,8 +90,9 @@ class AdapterResolver:
         start = time.perf_counter()
         moves = self._moves.get(_plain(name), 0)
         try:
-            if "@" in name:
-                ref = await asyncio.to_thread(self.store.resolve_version, *name.split("@", 1))
+            key = ModelId.adapter(name, check=False)
+            if key.version is not None:
+                ref = await asyncio.to_thread(self.store.resolve_version, key.name, key.version)
             else:
                 ref = await asyncio.to_thread(self.store.resolve, name)
         except AdapterNotFound:
@@ -147,7 +148,8 @@ class AdapterResolver:
         """Drop a cached resolution, stale ones included (e.g. after its version failed to load); for a
         plain name (its removal), its explicit ``name@version`` entries too."""
         self._moved(_plain(name))
-        keys = [name] if "@" in name else [k for k in {*self._cache, *self._known} if _plain(k) == name]
+        keys = [name] if ModelId.adapter(name, check=False).version is not None else [
+            k for k in {*self._cache, *self._known} if _plain(k) == name]
         for key in keys:
             self._cache.pop(key, None)
             self._known.pop(key, None)
@@ -161,4 +163,4 @@ class AdapterResolver:
 
 def _plain(key: str) -> str:
     """The adapter name of a cache key (``name`` or ``name@version``)."""
-    return key.partition("@")[0]
+    return ModelId.adapter(key, check=False).name

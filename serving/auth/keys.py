@@ -42,6 +42,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from serving.adapters import ModelId
 from serving.config import MIN_SECRET_LENGTH, ApiKeySpec, AuthSpec, KeyFileSpec, KeyLimitsSpec
 from serving.errors import Forbidden, KeysUnavailable
 from serving.metrics import metric
@@ -68,7 +69,7 @@ class Principal:
 
     def may_call(self, model: str) -> bool:
         """Whether ``model`` (``base``, ``base:name`` or ``base:name@version``) is in scope."""
-        unversioned = model.partition("@")[0]
+        unversioned = str(ModelId.parse(model).unversioned)
         return any(fnmatch.fnmatchcase(unversioned, p) for p in self.models)
 
     def may_manage(self, action: str, name: str, bases: list[str] | tuple[str, ...]) -> bool:
@@ -78,7 +79,7 @@ class Principal:
             return True
         if self.role != "publisher" or action not in PUBLISH_ACTIONS:
             return False
-        return any(self.may_call(f"{b}:{name}") for b in bases)
+        return any(self.may_call(str(ModelId(b, name))) for b in bases)
 
     def check_manage(self, action: str, name: str, bases: list[str] | tuple[str, ...]) -> None:
         if not self.may_manage(action, name, bases):

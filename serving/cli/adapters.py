@@ -97,13 +97,13 @@ def adapters_promote(ctx: click.Context, target: str, force: bool) -> None:
 
     NAME alone promotes its running canary (which then ends). A version whose recorded parity check
     failed is refused (exit 4) unless --force; a version never checked is not."""
-    from serving.adapters import split_model_name
+    from serving.adapters import ModelId
 
-    name, version = split_model_name(target)
-    ref = store_of(config_of(ctx)).promote(name, version, force=force)
+    target_id = ModelId.adapter(target)
+    ref = store_of(config_of(ctx)).promote(target_id.name, target_id.version, force=force)
     click.echo(f"{ref.name} -> {ref.version}")
     if _parity(ref, ref.version).startswith("FAILED"):
-        click.echo(f"warning: {ref.name}@{ref.version} serves although its parity check failed "
+        click.echo(f"warning: {ref.folder} serves although its parity check failed "
                    f"({_parity(ref, ref.version)})", err=True)
 
 
@@ -117,12 +117,12 @@ def adapters_canary(ctx: click.Context, target: str, weight: str) -> None:
     Starts a canary, or re-weights or replaces the running one. Each session (the X-Session-Id
     header, else the OpenAI `user` field, else the request id) stays on one version. End it with
     `adapters promote NAME` or `adapters abort NAME`."""
-    from serving.adapters import split_model_name
+    from serving.adapters import ModelId
 
-    name, version = split_model_name(target)
-    if version is None:
+    target_id = ModelId.adapter(target)
+    if target_id.version is None:
         raise BadAdapterName(f"{target!r} names no version: use NAME@VERSION (see `adapters history NAME`)")
-    ref = store_of(config_of(ctx)).canary(name, version, weight)
+    ref = store_of(config_of(ctx)).canary(target_id.name, target_id.version, weight)
     click.echo(f"{ref.name} -> {ref.version} ({100 - ref.canary.weight:g}%), canary {ref.canary.version} "
                f"({ref.canary.weight:g}%)")
 
@@ -180,22 +180,24 @@ def adapters_verify(ctx: click.Context, target: str, parity: bool, endpoint: str
 
     Exits 2 when they do not: they changed after publishing, and are not what was published. With
     --parity, exits 1 when the version is not served as trained."""
-    from serving.adapters import split_model_name
+    from serving.adapters import ModelId
 
     cfg = config_of(ctx)
-    name, version = split_model_name(target)
-    report = store_of(cfg).verify(name, version)
+    target_id = ModelId.adapter(target)
+    name = target_id.name
+    report = store_of(cfg).verify(name, target_id.version)
+    checked = ModelId(None, report.name, report.version)
     out = {**dataclasses.asdict(report), "ok": report.ok}
     if parity:
         out["parity"] = _measure_parity(ctx, cfg, name, report.version, endpoint)
     if as_json:
         click.echo(json.dumps(out, indent=2))
     else:
-        click.echo(f"{report.name}@{report.version} ok: the stored files ({report.weights_bytes} bytes of weights) "
+        click.echo(f"{checked} ok: the stored files ({report.weights_bytes} bytes of weights) "
                    f"hash to {report.actual}")
         if parity:
             p = out["parity"]
-            click.echo(f"{report.name}@{report.version} parity {'ok' if p['ok'] else 'FAILED'} against "
+            click.echo(f"{checked} parity {'ok' if p['ok'] else 'FAILED'} against "
                        f"{p['reference']}: {p['detail']}")
     if parity and not out["parity"]["ok"]:
         ctx.exit(1)

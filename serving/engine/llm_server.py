@@ -46,12 +46,11 @@ import time
 
 from botocore.exceptions import BotoCoreError
 from ray import serve
-from ray.llm._internal.common.utils.lora_utils import get_lora_id
 from ray.llm._internal.serve.core.server.llm_server import LLMServer
 from ray.llm._internal.serve.utils.lora_serve_utils import LoraMirrorConfig, LoraModelLoader
 from ray.serve.multiplex import _ModelMultiplexWrapper
 
-from serving.adapters import S3Bucket, download_version, verify_adapter_folder
+from serving.adapters import ModelId, S3Bucket, download_version, verify_adapter_folder
 from serving.config import AdapterStoreSpec
 from serving.engine import cpu_affinity, replica_timing
 from serving.engine.lora_coverage import module_count, refusal, take_report
@@ -72,10 +71,10 @@ class VerifiedLoraLoader(LoraModelLoader):
     """Ray's loader (shared in-flight downloads, disk cache, retries) plus verification."""
 
     async def load_model_from_config(self, lora_model_id: str, llm_config):
-        uri = f"{llm_config.lora_config.dynamic_lora_loading_path}/{get_lora_id(lora_model_id)}"
+        adapter = ModelId.parse(lora_model_id)
+        uri = f"{llm_config.lora_config.dynamic_lora_loading_path}/{adapter.adapter_part}"
         mirror = LoraMirrorConfig(lora_model_id=lora_model_id, bucket_uri=uri, max_total_tokens=None, sync_args=None)
-        name, _, version = get_lora_id(lora_model_id).partition("@")
-        tags = {"adapter": name, "version": version}
+        tags = metric_tags(adapter)
         start = time.perf_counter()
         try:
             loaded = await self.load_model(lora_model_id, mirror)
@@ -108,7 +107,7 @@ class VerifiedLoraLoader(LoraModelLoader):
         return buckets[prefix]
 
     def _download_lora(self, lora_mirror_config: LoraMirrorConfig) -> str:
-        lora_id = get_lora_id(lora_mirror_config.lora_model_id)
+        lora_id = ModelId.parse(lora_mirror_config.lora_model_id).adapter_part
         start = time.perf_counter()
         try:
             path, actual = self._fetch(lora_mirror_config)
@@ -131,9 +130,8 @@ class VerifiedLoraLoader(LoraModelLoader):
             LOAD_SECONDS[lora_id] = {"download": checked - start, "integrity": time.perf_counter() - checked}
         except AdapterLoadFailed as exc:
             shutil.rmtree(path, ignore_errors=True)
-            name, _, version = lora_id.partition("@")
             reason = "integrity" if isinstance(exc, AdapterIntegrityError) else "incomplete"
-            metric("refusals").inc(tags={"adapter": name, "version": version, "reason": reason})
+            metric("refusals").inc(tags={**metric_tags(ModelId.adapter(lora_id, check=False)), "reason": reason})
             raise type(exc)(f"adapter {lora_id!r}: {exc}") from None
         return path
 
@@ -141,7 +139,7 @@ class VerifiedLoraLoader(LoraModelLoader):
 def check_version(lora_id: str, actual: str) -> None:
     """Raise :class:`AdapterIntegrityError` unless ``actual`` (the downloaded files' content hash) is
     ``lora_id``'s version (``name@version``; the version is the content hash the store named them by)."""
-    version = lora_id.partition("@")[2]
+    version = ModelId.adapter(lora_id, check=False).version
     if not version:
         return  # an unversioned id is not the gateway's (it always resolves name -> name@version)
     if actual != version:
@@ -149,6 +147,11 @@ def check_version(lora_id: str, actual: str) -> None:
             f"its stored files hash to {actual}, not to version {version}: they changed in the store after "
             "publishing, so they are not what was published; publish the adapter again (or roll back) and "
             "check the store with `maze-serve adapters verify`")
+
+
+def metric_tags(adapter: ModelId) -> dict[str, str]:
+    """An adapter's labels on the replica's metrics (its name and version; empty where it has none)."""
+    return {"adapter": adapter.name or "", "version": adapter.version or ""}
 
 
 #: Download and integrity-check seconds of the downloads not registered yet, by adapter id (read once at
@@ -184,15 +187,17 @@ class PinnedLRU(_ModelMultiplexWrapper):
         await super().unload_model_lru()
         self.last_used.pop(victim, None)
         self.evictions += 1
-        name, _, version = get_lora_id(victim).partition("@")
-        metric("evictions").inc(tags={"adapter": name, "version": version})
+        metric("evictions").inc(tags=metric_tags(ModelId.parse(victim)))
         await self.server.remove_from_engine(victim)
         self.server.placement_changed()
 
 
 class GatewayLLMServer(LLMServer):
     """Ray Serve LLM's ``LLMServer`` with the verifying adapter loader, race-free registration, pinned
-    adapters and placement reports."""
+    adapters and placement reports; the :class:`serving.placement.Replica` that placement drives."""
+
+    pinned_ids: set[str]  # placement's to write (serving.placement.Replica)
+    placement_dirty: bool
 
     def _init_multiplex_loader(self, model_downloader_cls=None):
         self._lora_registrations: dict[str, asyncio.Future] = {}
@@ -249,7 +254,7 @@ class GatewayLLMServer(LLMServer):
         clock.loaded = time.time()  # Ray's run resolved the adapter (the rest of it takes microseconds)
         return replica_timing.stamped(stream, clock)
 
-    # -- what the placement agent (serving.placement) reads ----------------------------------------
+    # -- the rest of serving.placement.Replica: what placement reads and calls --------------------
     @property
     def resident(self) -> PinnedLRU | None:
         """The replica's resident adapters (None outside a Serve replica: Ray's own LRU then)."""
@@ -336,7 +341,8 @@ class GatewayLLMServer(LLMServer):
 
     async def _register_whole(self, model_id: str, disk_lora_model) -> None:
         """Register the adapter with vLLM, then keep it only if the engine applies all its trained modules."""
-        folder, lora_id = disk_lora_model.local_path, get_lora_id(model_id)
+        adapter = ModelId.parse(model_id)
+        folder, lora_id = disk_lora_model.local_path, adapter.adapter_part
         take_report(folder)  # one left by an earlier registration is not this one's
         start = time.perf_counter()
         await self.engine.resolve_lora(disk_lora_model)
@@ -350,14 +356,14 @@ class GatewayLLMServer(LLMServer):
             problem, in_worker = f"the engine could not report which modules of adapter {lora_id!r} it applied ({exc})", 0.0
         # Where a cold load's time goes, the checks next to the rest (benchmarks/load_checks.py reads it):
         # the worker's check ran inside the registration, so its seconds move from there to coverage.
-        name, _, version = lora_id.partition("@")
+        tags = metric_tags(adapter)
         times = {**LOAD_SECONDS.pop(lora_id, {}), "register": registered - start - in_worker,
                  "coverage": time.perf_counter() - registered + in_worker}
         for phase, seconds in times.items():
-            metric("load_seconds").inc(seconds, tags={"adapter": name, "version": version, "phase": phase})
+            metric("load_seconds").inc(seconds, tags={**tags, "phase": phase})
         if problem is None:
             return
-        metric("refusals").inc(tags={"adapter": name, "version": version, "reason": "not_applied"})
+        metric("refusals").inc(tags={**tags, "reason": "not_applied"})
         log.error("refused %s: %s", model_id, problem)
         self._refused[model_id] = AdapterNotApplied(problem)
         await self.remove_from_engine(model_id)

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 
 from starlette.responses import Response, StreamingResponse
 
+from serving.adapters import ModelId
 from serving.auth import usage_of
 from serving.metrics import metric
 
@@ -26,11 +27,10 @@ RESOLVED_MODEL: contextvars.ContextVar[str | None] = contextvars.ContextVar("maz
 
 def adapter_labels(model: str | None) -> dict[str, str] | None:
     """``base:name@version`` -> ``{"base", "adapter", "version"}``; None for anything else."""
-    base, sep, rest = (model or "").partition(":")
-    name, at, version = rest.partition("@")
-    if not (sep and at and name and version):
+    parsed = ModelId.parse(model)
+    if not (parsed.name and parsed.version):
         return None
-    return {"base": base, "adapter": name, "version": version}
+    return {"base": parsed.base, "adapter": parsed.name, "version": parsed.version}
 
 
 def _status_of(exc: BaseException) -> str:

@@ -41,7 +41,7 @@ from ray.llm._internal.serve.core.ingress.middleware import get_request_id
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
-from serving.adapters import AdapterResolver, AdapterStore, export_s3_env, serves_canary, session_key
+from serving.adapters import AdapterResolver, AdapterStore, ModelId, export_s3_env, serves_canary, session_key
 from serving.auth import (
     CALLER,
     Gate,
@@ -63,7 +63,6 @@ from serving.errors import (
 )
 from serving.ingress import server_timing
 from serving.ingress.adapter_metrics import RESOLVED_MODEL, with_adapter_metrics
-from serving.ingress.management import plain_name, split_name
 from serving.ingress.management import router as admin_router
 from serving.ingress.middleware import (
     GatewayMiddleware,
@@ -160,41 +159,43 @@ class GatewayIngress(OpenAiIngress):
             raise MissingParameter("you must provide a model parameter ('<base>' or '<base>:<adapter>')")
         if model == RESOLVED_MODEL.get():  # already resolved for this request: the parent's own lookup
             return await super()._get_model_id(model)
-        base, sep, name = self._scoped(model)
-        if not sep:
-            note_model(base)
-            return base
+        requested = self._scoped(model)
+        if not requested.is_adapter:
+            note_model(requested.base)
+            return requested.base
         # base:name follows the alias; base:name@version pins one version, current or not.
-        adapter, version = split_name(name)
-        ref = await self._ref(model, adapter, version)
-        if ref.base and ref.base != base:
-            if not visible(f"{ref.base}:{adapter}"):  # the base it serves is no business of this key
+        requested = requested.checked()
+        ref = await self._ref(model, requested)
+        alias = requested.unversioned
+        if ref.base and ref.base != requested.base:
+            if not visible(str(alias.on(ref.base))):  # the base it serves is no business of this key
                 raise AdapterNotFound(str(ModelAccessDenied.of(model)))
-            raise AdapterNotFound(f"adapter {name!r} is published for base {ref.base!r}, not {base!r}")
-        note_model(f"{base}:{adapter}")
-        if version is None and ref.canary is not None:
+            raise AdapterNotFound(f"adapter {requested.adapter_part!r} is published for base {ref.base!r}, "
+                                  f"not {requested.base!r}")
+        note_model(str(alias))
+        if requested.version is None and ref.canary is not None:
             # The split is a pure function of the ref and the key: a cached ref splits as a fresh one.
-            arm = "canary" if serves_canary(adapter, ref.canary, key) else "stable"
+            arm = "canary" if serves_canary(requested.name, ref.canary, key) else "stable"
             served = ref.canary.version if arm == "canary" else ref.version
-            metric("canary_routes").inc(tags={"adapter": adapter, "version": served, "arm": arm})
-            return f"{base}:{adapter}@{served}"
-        return f"{base}:{ref.folder}"
+            metric("canary_routes").inc(tags={"adapter": requested.name, "version": served, "arm": arm})
+            return str(alias.at(served))
+        return str(alias.at(ref.version))
 
-    def _scoped(self, model: str) -> tuple[str, str, str]:
-        """``model`` split at its first ``:`` once the caller may call it and its base is served;
-        either failure is the same OpenAI 404, before anything is looked up, so an answer never
-        depends on what lies outside the key's scope (nor lists the bases served)."""
+    def _scoped(self, model: str) -> ModelId:
+        """``model`` parsed (unchecked) once the caller may call it and its base is served; either
+        failure is the same OpenAI 404, before anything is looked up, so an answer never depends on
+        what lies outside the key's scope (nor lists the bases served)."""
         authorize_model(model)
-        base, sep, name = model.partition(":")
-        if base not in self._model_cards:
+        requested = ModelId.parse(model)
+        if requested.base not in self._model_cards:
             raise ModelAccessDenied.of(model)
-        return base, sep, name
+        return requested
 
-    async def _ref(self, model: str, adapter: str, version: str | None):
-        """The adapter's ref (``version``: that one); a missing name or version is answered in the
+    async def _ref(self, model: str, requested: ModelId):
+        """The adapter's ref (pinned: that version); a missing name or version is answered in the
         words of a model outside the key's scope (code ``adapter_not_found``)."""
         try:
-            return await self.resolver.resolve(adapter, version)
+            return await self.resolver.resolve(requested.name, requested.version)
         except AdapterNotFound:
             raise AdapterNotFound(str(ModelAccessDenied.of(model))) from None
 
@@ -249,9 +250,9 @@ class GatewayIngress(OpenAiIngress):
             card["agent_profile"] = spec.agent_profile.model_dump()
         return card
 
-    def _adapter_card(self, base: str, name: str) -> dict[str, Any]:
-        return {"id": f"{base}:{name}", "object": "model", "created": self._created, "owned_by": "maze-gateway",
-                "parent": base, "root": base, "agent_profile": self._base_card(base).get("agent_profile")}
+    def _adapter_card(self, model: ModelId) -> dict[str, Any]:
+        return {"id": str(model), "object": "model", "created": self._created, "owned_by": "maze-gateway",
+                "parent": model.base, "root": model.base, "agent_profile": self._base_card(model.base).get("agent_profile")}
 
     async def models(self, after: str | None = Query(None, description="adapter id or name to start after"),
                      limit: int | None = Query(None, ge=1, le=1000, description="adapters per page; none: all")):
@@ -259,28 +260,30 @@ class GatewayIngress(OpenAiIngress):
         order, of what the caller may call only: a page holds ``limit`` adapter names the caller may
         see, ``has_more`` is true only when another follows, and ``after`` (an id or name) starts
         the page where that name sorts, whether or not it exists or the caller may see it."""
-        after_name = plain_name(after.partition(":")[2] or after) if after else None
+        after_name = ModelId.plain(ModelId.parse(after).adapter_part or after) if after else None
         bases = list(self._model_cards)
 
         def keep(name: str) -> bool:  # run in the listing thread, which has the request's context
-            return any(visible(f"{b}:{name}") for b in bases)
+            return any(visible(str(ModelId(b, name))) for b in bases)
 
         names, has_more = await asyncio.to_thread(self.resolver.store.page_names, after_name, limit, keep)
         data = [self._base_card(b) for b in bases if visible(b)] if after_name is None else []
-        data += [self._adapter_card(b, n) for n in names for b in bases if visible(f"{b}:{n}")]
+        data += [self._adapter_card(ModelId(b, n)) for n in names for b in bases if visible(str(ModelId(b, n)))]
         return {"object": "list", "data": data, "has_more": has_more}
 
     async def model_data(self, model: str):
-        base, sep, name = self._scoped(model)
-        if sep:
-            # The card names the version the alias serves now: clients pin it as base:name@version.
-            ref = await self._ref(model, *split_name(name))
-            card = {**self._adapter_card(base, name), "version": ref.version, "versioned_id": f"{base}:{ref.folder}"}
-            if ref.canary is not None and "@" not in name:
-                card["canary"] = {"version": ref.canary.version, "weight": ref.canary.weight,
-                                  "versioned_id": f"{base}:{name}@{ref.canary.version}"}
-            return card
-        return self._base_card(base)
+        requested = self._scoped(model)
+        if not requested.is_adapter:
+            return self._base_card(requested.base)
+        # The card names the version the alias serves now: clients pin it as base:name@version.
+        ref = await self._ref(model, requested.checked())
+        alias = requested.unversioned
+        card = {**self._adapter_card(requested), "version": ref.version,
+                "versioned_id": str(alias.at(ref.version))}
+        if ref.canary is not None and requested.version is None:
+            card["canary"] = {"version": ref.canary.version, "weight": ref.canary.weight,
+                              "versioned_id": str(alias.at(ref.canary.version))}
+        return card
 
     # -- probes ----------------------------------------------------------------------------------
     async def health(self):

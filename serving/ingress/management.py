@@ -48,7 +48,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.adapters import CONFIG, WEIGHTS, AdapterRef, AdapterStore, split_model_name
+from serving.adapters import CONFIG, WEIGHTS, AdapterRef, AdapterStore, ModelId
 from serving.auth import current, visible
 from serving.config import ServingConfig
 from serving.errors import (
@@ -64,7 +64,6 @@ router = APIRouter(tags=["management"])
 _STORES: dict[str, AdapterStore] = {}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_UPLOAD_MEMBERS = 256  # files in an uploaded tar: an adapter folder holds a handful
 MAX_TAR_HEADER_BYTES = 1 << 20  # a long name or pax record set: tarfile reads one whole into memory
 
@@ -100,23 +99,7 @@ def _check(cfg: ServingConfig, action: str, name: str, bases: list[str] | None =
 
 def _visible_name(cfg: ServingConfig, name: str) -> bool:
     principal = current()
-    return principal is None or any(principal.may_call(f"{b}:{name}") for b in _bases(cfg))
-
-
-def split_name(text: str) -> tuple[str, str | None]:
-    """``name`` or ``name@version`` -> (name, version or None), checked as the store checks them and
-    refused (400) with a control character anywhere: the store's patterns end in ``$``, which lets
-    a trailing newline through to an S3 key."""
-    if _CONTROL.search(text):
-        raise BadAdapterName(f"invalid adapter name {text!r}: control characters are not allowed")
-    return split_model_name(text)
-
-
-def plain_name(name: str) -> str:
-    """``name`` checked (:func:`split_name`) as an adapter name without a version."""
-    if split_name(name)[1] is not None:
-        raise BadAdapterName(f"{name!r}: name the adapter without a version here")
-    return name
+    return principal is None or any(principal.may_call(str(ModelId(b, name))) for b in _bases(cfg))
 
 
 def _missing(name: str) -> AdapterNotFound:
@@ -215,7 +198,7 @@ def _visible(cfg: ServingConfig, name: str) -> str:
     name gets (scope first: a name outside it is never validated, so never told apart)."""
     if not _visible_name(cfg, name):
         raise _missing(name)
-    return plain_name(name)
+    return ModelId.plain(name)
 
 
 @router.get("/v1/adapters/{name}/history")
@@ -238,7 +221,7 @@ async def verify_adapter(request: Request, name: str,
     cfg = _config(request)
     plain = _visible(cfg, name)
     if version:
-        split_name(f"{plain}@{version}")  # a bad version is a 400
+        ModelId(None, plain, version).checked()  # a bad version is a 400
     report = await asyncio.to_thread(_store(cfg).verify, name, version)
     return {**dataclasses.asdict(report), "ok": report.ok}
 
@@ -323,7 +306,7 @@ async def push_adapter(request: Request, name: str,
                        force: bool = Query(False, description="replace the version a published name serves"),
                        canary: float | None = Query(None, description="publish as the name's canary at this percent")):
     cfg = _config(request)
-    plain_name(name)
+    ModelId.plain(name)
     spec = cfg.base(base) if base else cfg.base_models[0]
     if spec is None:  # named to a key that may push there, and only the bases it may call
         raise BadRequest(f"unknown base {base!r}; served: {[b for b in _bases(cfg) if visible(b)]}")
@@ -346,7 +329,7 @@ async def push_adapter(request: Request, name: str,
 @router.post("/v1/adapters/{name}/canary", dependencies=[_may("canary")])
 async def canary_adapter(request: Request, name: str, body: CanaryBody):
     cfg = _config(request)
-    split_name(f"{plain_name(name)}@{body.version}")
+    ModelId(None, ModelId.plain(name), body.version).checked()
     return _served(await asyncio.to_thread(_store(cfg).canary, name, body.version, body.weight))
 
 
@@ -354,7 +337,7 @@ async def canary_adapter(request: Request, name: str, body: CanaryBody):
 async def promote_adapter(request: Request, name: str, body: PromoteBody | None = None):
     cfg = _config(request)
     version, force = (body.version, body.force) if body is not None else (None, False)
-    split_name(plain_name(name) if version is None else f"{plain_name(name)}@{version}")
+    ModelId(None, ModelId.plain(name), version).checked()
     return _served(await asyncio.to_thread(_store(cfg).promote, name, version, force=force))
 
 
@@ -362,7 +345,7 @@ async def _move(request: Request, name: str, method: str) -> dict[str, Any]:
     """A move that takes only the adapter's name (its right checked by the route's dependency):
     ``AdapterStore.<method>``."""
     cfg = _config(request)
-    ref = await asyncio.to_thread(getattr(_store(cfg), method), plain_name(name))
+    ref = await asyncio.to_thread(getattr(_store(cfg), method), ModelId.plain(name))
     return _removed(ref) if method == "remove" else _served(ref)
 
 
@@ -381,4 +364,4 @@ async def remove_adapter(request: Request, name: str):
     return await _move(request, name, "remove")
 
 
-__all__ = ["MAX_UPLOAD_MEMBERS", "parse_since", "plain_name", "router", "split_name"]
+__all__ = ["MAX_UPLOAD_MEMBERS", "parse_since", "router"]

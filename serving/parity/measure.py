@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from serving.adapters import CONFIG, WEIGHTS, AdapterStore, ParityRecord, inspect_adapter
+from serving.adapters import CONFIG, WEIGHTS, AdapterStore, ModelId, ParityRecord, inspect_adapter
 from serving.config import ServingConfig
 from serving.parity.frames import parity_frames
 from serving.parity.reference import TopK, reference_available, reference_top_logprobs
@@ -113,7 +113,7 @@ def measure(store: AdapterStore, gateway: Gateway, base: str, base_folder: str |
     frames = list(parity_frames())
     with tempfile.TemporaryDirectory(prefix="parity-") as tmp:
         folder = download_version(store, name, version, Path(tmp) / f"{name}@{version}")
-        served = served_top_logprobs(gateway, f"{base}:{name}@{version}", frames)
+        served = served_top_logprobs(gateway, str(ModelId(base, name, version)), frames)
         base_served = served_top_logprobs(gateway, base, frames)
         moved, _ = compare(served, base_served)
         if moved < SAME_AS_BASE and _adapter_is_nonzero(folder):

@@ -3,7 +3,7 @@
 :class:`AdapterSpreadRouter` (the LLM deployment's Ray Serve request router) keeps an adapter's
 requests on the replicas that hold it and spreads a hot one; :class:`PlacementStore` keeps pins
 and each replica's report beside the adapter store's refs; :func:`run_placement` is the task of
-an LLM replica that loads pinned adapters and reports what it holds; :mod:`~serving.placement.follow`
+an LLM replica (driven through the :class:`Replica` contract) that loads pinned adapters and reports what it holds; :mod:`~serving.placement.follow`
 loads a name's new version ahead of its first request after a move through a colocated gateway. The
 router loads Ray Serve's router internals on first use: building the app names it by :data:`ROUTER_PATH`.
 """
@@ -14,6 +14,7 @@ from serving import lazy_exports
 from serving.placement.agent import run_placement
 from serving.placement.follow import preload_moved
 from serving.placement.pins import PIN_REFRESH_S, REPORT_INTERVAL_S, REPORT_STALE_S, PlacementStore, where_rows
+from serving.placement.replica import Replica, ResidentAdapters
 
 if TYPE_CHECKING:
     from serving.placement.router import AdapterSpreadRouter, spread_ranks
@@ -26,4 +27,4 @@ __getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on f
 
 
 __all__ = ["PIN_REFRESH_S", "REPORT_INTERVAL_S", "REPORT_STALE_S", "ROUTER_PATH", "AdapterSpreadRouter",
-           "PlacementStore", "preload_moved", "run_placement", "spread_ranks", "where_rows"]
+           "PlacementStore", "Replica", "ResidentAdapters", "preload_moved", "run_placement", "spread_ranks", "where_rows"]

@@ -15,17 +15,18 @@ import logging
 import os
 import time
 
-from serving.adapters import AdapterStore
+from serving.adapters import AdapterStore, ModelId
 from serving.config import AdapterStoreSpec
 from serving.errors import ServingError
 from serving.metrics import metric
 from serving.placement.pins import PIN_REFRESH_S, REPORT_INTERVAL_S, PlacementStore
+from serving.placement.replica import Replica
 
 log = logging.getLogger(__name__)
 TICK_S = 1.0
 
 
-def _store(server) -> PlacementStore:
+def _store(server: Replica) -> PlacementStore:
     spec = AdapterStoreSpec(prefix=server.adapter_path,
                             endpoint_url=os.environ.get("AWS_ENDPOINT_URL_S3") or None,
                             region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
@@ -48,20 +49,21 @@ def pinned_model_ids(placement: PlacementStore, base: str) -> set[str]:
         except ServingError:  # removed since it was pinned
             continue
         if ref.base in (None, base):
-            ids.add(f"{base}:{ref.folder}")
+            alias = ModelId(base, name)
+            ids.add(str(alias.at(ref.version)))
             if ref.canary is not None:
-                ids.add(f"{base}:{name}@{ref.canary.version}")
+                ids.add(str(alias.at(ref.canary.version)))
     return ids
 
 
-def report(server, node: str) -> dict:
+def report(server: Replica, node: str) -> dict:
     lru = server.resident
     resident = [{"id": m, "last_used": lru.last_used.get(m), "pinned": m in server.pinned_ids} for m in lru.models]
     return {"node": node, "base": server.base_model_id, "resident": resident,
             "slots": lru.max_num_models_per_replica, "evictions": lru.evictions}
 
 
-async def _refresh_pins(server, placement: PlacementStore) -> None:
+async def _refresh_pins(server: Replica, placement: PlacementStore) -> None:
     base = server.base_model_id
     pinned = await asyncio.to_thread(pinned_model_ids, placement, base)
     if pinned != server.pinned_ids:
@@ -71,8 +73,8 @@ async def _refresh_pins(server, placement: PlacementStore) -> None:
         await server.ensure_resident(model_id)
 
 
-async def run_placement(server) -> None:
-    """The replica's placement loop (runs until the replica stops)."""
+async def run_placement(server: Replica) -> None:
+    """The replica's placement loop (runs until the replica stops), driving it through :class:`Replica` alone."""
     placement = _store(server)
     replica, node = _identity()
     last_pins = last_report = 0.0

@@ -20,9 +20,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from serving.adapters import AdapterRef
+from serving.adapters import AdapterRef, ModelId
+from serving.placement.replica import Replica
 
 log = logging.getLogger(__name__)
 
@@ -34,16 +34,21 @@ def successors(ref: AdapterRef, base: str, resident: Sequence[str], *, pinned: s
                last_used: Mapping[str, float], now: float) -> list[str]:
     """The ``base:name@version`` ids to load ahead for ``ref`` (pure) on a replica of ``base`` holding
     ``resident`` (least recently used first, as the replica's LRU orders them) in ``slots`` slots."""
-    prefix = f"{base}:{ref.name}@"
-    if ref.base not in (None, base) or not any(m.startswith(prefix) for m in resident):
+    alias = ModelId(base, ref.name)
+
+    def of_name(model_id: str) -> bool:  # a version of the moved name on this base
+        parsed = ModelId.parse(model_id)
+        return parsed.version is not None and parsed.unversioned == alias
+
+    if ref.base not in (None, base) or not any(of_name(m) for m in resident):
         return []
     held, out = list(resident), []
-    for model_id in [f"{base}:{ref.folder}", *([f"{prefix}{ref.canary.version}"] if ref.canary else [])]:
+    for model_id in [str(alias.at(v)) for v in (ref.version, *([ref.canary.version] if ref.canary else []))]:
         if model_id in held:
             continue
         if len(held) >= slots:
             victim = next((m for m in held if m not in pinned), None)
-            if victim is None or not (victim.startswith(prefix) or now - last_used.get(victim, 0.0) >= IDLE_S):
+            if victim is None or not (of_name(victim) or now - last_used.get(victim, 0.0) >= IDLE_S):
                 break
             held.remove(victim)
         held.append(model_id)
@@ -51,7 +56,7 @@ def successors(ref: AdapterRef, base: str, resident: Sequence[str], *, pinned: s
     return out
 
 
-def preload_moved(server: Any, ref: AdapterRef) -> list[str]:
+def preload_moved(server: Replica, ref: AdapterRef) -> list[str]:
     """Start loading the versions ``ref`` serves on ``server`` (a ``GatewayLLMServer``) where
     :func:`successors` says so; returns their ids (the loads run on)."""
     lru = getattr(server, "resident", None)
@@ -66,7 +71,7 @@ def preload_moved(server: Any, ref: AdapterRef) -> list[str]:
     return ids
 
 
-async def _load(server: Any, ids: list[str]) -> None:
+async def _load(server: Replica, ids: list[str]) -> None:
     for model_id in ids:
         try:
             await server.ensure_resident(model_id)

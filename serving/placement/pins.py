@@ -23,7 +23,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from serving.adapters import AdapterStore, check_name
+from serving.adapters import AdapterStore, ModelId, check_name
 from serving.errors import NotPinned, TooManyPins
 
 PLACEMENT = "_placement"
@@ -110,7 +110,7 @@ def where_rows(reports: list[dict[str, Any]], pins: dict[str, Any], now: float |
     rows = []
     for rep in reports:
         for a in rep.get("resident", []):
-            name = a["id"].partition(":")[2].partition("@")[0]
+            name = ModelId.parse(a["id"]).name
             rows.append({"replica": rep["replica"], "node": rep.get("node", ""), "adapter": a["id"],
                          "last_use_s": None if a.get("last_used") is None else round(now - a["last_used"], 1),
                          "pinned": name in pins, "stale": rep.get("stale", False)})

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from serving.adapters import AdapterStore, split_model_name
+from serving.adapters import AdapterStore, ModelId
 from serving.errors import AdapterNotFound, AdapterRefConflict, BadAdapterName, NoRollbackTarget
 
 from tests.support.adapter_store import make_adapter
@@ -77,11 +77,11 @@ def test_explicit_versions_resolve_whatever_the_alias_points_at(store, two_versi
     assert (pinned.version, pinned.rank, pinned.base, pinned.folder) == (v1.version, 8, "maze-tiny", f"agent@{v1.version}")
     with pytest.raises(AdapterNotFound):
         store.resolve_version("agent", "0" * 12)
-    assert split_model_name(f"agent@{v1.version}") == ("agent", v1.version)
-    assert split_model_name("agent") == ("agent", None)
+    assert ModelId.adapter(f"agent@{v1.version}") == ModelId(None, "agent", v1.version)
+    assert ModelId.adapter("agent") == ModelId(None, "agent")
     for bad in ("agent@", "agent@123", "agent@ABCDEF012345", "a/b@abcdef012345"):
         with pytest.raises(BadAdapterName):
-            split_model_name(bad)
+            ModelId.adapter(bad)
 
 
 def test_ref_written_without_history_counts_as_one_push(store, tmp_path):
