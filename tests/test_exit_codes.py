@@ -16,7 +16,7 @@ from agent.cli_boundary import (
 from evaluation.errors import EndpointUnavailable, EvalError, UnknownRun
 from serving import errors as se
 from serving.local.cluster import ClusterError
-from serving.local import EmbeddedError
+from serving.local.embedded import EmbeddedError
 from training import errors as te
 
 CODES = [

@@ -7,21 +7,9 @@ request's caller (:data:`CALLER`) that the ingress checks a model's scope agains
 middleware that runs them around every request. Uses only serving's config, errors and metrics.
 """
 
-from serving.auth.caller import CALLER, Caller, authorize_model, current, note_model, visible
-from serving.auth.key_limits import Decision, LocalLimiter, RedisLimiter, make_limiter
-from serving.auth.keys import (
-    ADMIN_ACTIONS,
-    PUBLISH_ACTIONS,
-    KeyRing,
-    KeySourceError,
-    Principal,
-    digest,
-    parse_key_file,
-)
-from serving.auth.middleware import OPEN_PATHS, Gate, GateMiddleware
-from serving.auth.usage import LocalUsage, RedisUsage, make_usage, request_stream_usage, usage_of
+from serving.auth.caller import CALLER, authorize_model, current, note_model, visible
+from serving.auth.middleware import Gate, GateMiddleware
+from serving.auth.usage import request_stream_usage, usage_of
 
-__all__ = ["ADMIN_ACTIONS", "CALLER", "OPEN_PATHS", "PUBLISH_ACTIONS", "Caller", "Decision", "Gate", "GateMiddleware",
-           "KeyRing", "KeySourceError", "LocalLimiter", "LocalUsage", "Principal", "RedisLimiter", "RedisUsage",
-           "authorize_model", "current", "digest", "make_limiter", "make_usage", "note_model", "parse_key_file",
-           "request_stream_usage", "usage_of", "visible"]
+__all__ = ["CALLER", "Gate", "GateMiddleware", "authorize_model", "current", "note_model", "request_stream_usage",
+           "usage_of", "visible"]

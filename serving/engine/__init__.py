@@ -16,22 +16,12 @@ from typing import TYPE_CHECKING
 
 from serving import lazy_exports
 from serving.engine import replica_timing
-from serving.engine.allocator import FALLBACK_ENV, allocator_env, describe_allocator, find_jemalloc
-from serving.engine.cpu_affinity import (
-    BIND_ENV,
-    CoreSplit,
-    bound_cores,
-    engine_start,
-    pin_session,
-    plan_core_split,
-    split_cores,
-)
-from serving.engine.lora_coverage import LoraCoverageExtension, refusal
+from serving.engine.allocator import allocator_env, describe_allocator
+from serving.engine.cpu_affinity import pin_session, plan_core_split
 from serving.engine.lora_merge import SLOTS_ENV as MERGED_SLOTS_ENV  # engine env: slots with merged weights
 
 if TYPE_CHECKING:
-    from serving.engine.llm_server import GatewayLLMServer, PinnedLRU, VerifiedLoraLoader
-    from serving.engine.lora_worker import GroupedLoraWorkerExtension
+    from serving.engine.llm_server import GatewayLLMServer
 
 #: Ray Serve LLM's ``server_cls`` for every base model: the replica class's import path.
 SERVER_CLS_PATH = "serving.engine.llm_server:GatewayLLMServer"
@@ -39,13 +29,10 @@ SERVER_CLS_PATH = "serving.engine.llm_server:GatewayLLMServer"
 WORKER_EXTENSION_PATH = "serving.engine.lora_worker.GroupedLoraWorkerExtension"
 #: The ``worker_extension_cls`` of engines without them: only the coverage report (what LoRA applied).
 COVERAGE_EXTENSION_PATH = "serving.engine.lora_coverage.LoraCoverageExtension"
-_LAZY = {"serving.engine.llm_server": ("GatewayLLMServer", "PinnedLRU", "VerifiedLoraLoader"),
-         "serving.engine.lora_worker": ("GroupedLoraWorkerExtension",)}
+_LAZY = {"serving.engine.llm_server": ("GatewayLLMServer",)}
 
 __getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on first use
 
 
-__all__ = ["BIND_ENV", "COVERAGE_EXTENSION_PATH", "FALLBACK_ENV", "MERGED_SLOTS_ENV", "SERVER_CLS_PATH", "WORKER_EXTENSION_PATH", "CoreSplit", "GatewayLLMServer",
-           "GroupedLoraWorkerExtension", "LoraCoverageExtension", "PinnedLRU", "VerifiedLoraLoader", "allocator_env", "bound_cores",
-           "describe_allocator", "engine_start", "find_jemalloc", "pin_session", "plan_core_split", "refusal",
-           "replica_timing", "split_cores"]
+__all__ = ["COVERAGE_EXTENSION_PATH", "MERGED_SLOTS_ENV", "SERVER_CLS_PATH", "WORKER_EXTENSION_PATH", "GatewayLLMServer",
+           "allocator_env", "describe_allocator", "pin_session", "plan_core_split", "replica_timing"]

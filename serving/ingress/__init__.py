@@ -16,24 +16,19 @@ from typing import TYPE_CHECKING
 
 from serving import lazy_exports
 from serving.ingress.direct import direct_ingress_env, direct_proxy_port
-from serving.ingress.server_timing import format_header, parse_header
+from serving.ingress.server_timing import parse_header
 
 if TYPE_CHECKING:
     from serving.ingress.colocated import ColocatedGateway, server_class
-    from serving.ingress.gateway import ENDPOINTS, GatewayIngress, create_app, openai_error_handler
-    from serving.ingress.middleware import ApplicationErrorMiddleware, GatewayMiddleware
-    from serving.ingress.request_checks import check_request
+    from serving.ingress.gateway import ENDPOINTS, create_app
 
 #: The ingress class's import path, as Ray Serve LLM's ``ingress_cls`` takes it.
 INGRESS_CLS_PATH = "serving.ingress.gateway:GatewayIngress"
-_LAZY = {"serving.ingress.gateway": ("ENDPOINTS", "GatewayIngress", "create_app", "openai_error_handler"),
-         "serving.ingress.colocated": ("ColocatedGateway", "server_class"),
-         "serving.ingress.middleware": ("ApplicationErrorMiddleware", "GatewayMiddleware"),
-         "serving.ingress.request_checks": ("check_request",)}
+_LAZY = {"serving.ingress.gateway": ("ENDPOINTS", "create_app"),
+         "serving.ingress.colocated": ("ColocatedGateway", "server_class")}
 
 __getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on first use
 
 
-__all__ = ["ENDPOINTS", "INGRESS_CLS_PATH", "ApplicationErrorMiddleware", "ColocatedGateway", "GatewayIngress",
-           "GatewayMiddleware", "check_request", "create_app", "direct_ingress_env", "direct_proxy_port",
-           "format_header", "openai_error_handler", "parse_header", "server_class"]
+__all__ = ["ENDPOINTS", "INGRESS_CLS_PATH", "ColocatedGateway", "create_app", "direct_ingress_env", "direct_proxy_port",
+           "parse_header", "server_class"]

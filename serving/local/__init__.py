@@ -9,7 +9,7 @@ import this room: nothing that builds the app does.
 """
 
 from serving.local import cluster, embedded
-from serving.local.embedded import EmbeddedError, ensure_embedded_gateway
-from serving.local.ports import HOST, free_port, ray_node_port_args
+from serving.local.embedded import ensure_embedded_gateway
+from serving.local.ports import free_port
 
-__all__ = ["HOST", "EmbeddedError", "cluster", "embedded", "ensure_embedded_gateway", "free_port", "ray_node_port_args"]
+__all__ = ["cluster", "embedded", "ensure_embedded_gateway", "free_port"]

@@ -8,23 +8,14 @@ loads a name's new version ahead of its first request after a move through a col
 router loads Ray Serve's router internals on first use: building the app names it by :data:`ROUTER_PATH`.
 """
 
-from typing import TYPE_CHECKING
-
-from serving import lazy_exports
 from serving.placement.agent import run_placement
 from serving.placement.follow import preload_moved
-from serving.placement.pins import PIN_REFRESH_S, REPORT_INTERVAL_S, REPORT_STALE_S, PlacementStore, where_rows
+from serving.placement.pins import PIN_REFRESH_S, PlacementStore, where_rows
 from serving.placement.replica import Replica, ResidentAdapters
-
-if TYPE_CHECKING:
-    from serving.placement.router import AdapterSpreadRouter, spread_ranks
 
 #: The router's import path, as Ray Serve's ``request_router_class`` takes it.
 ROUTER_PATH = "serving.placement.router:AdapterSpreadRouter"
-_LAZY = {"serving.placement.router": ("AdapterSpreadRouter", "spread_ranks")}
-
-__getattr__ = lazy_exports(__name__, _LAZY)  # engine-bound names: imported on first use
 
 
-__all__ = ["PIN_REFRESH_S", "REPORT_INTERVAL_S", "REPORT_STALE_S", "ROUTER_PATH", "AdapterSpreadRouter",
-           "PlacementStore", "Replica", "ResidentAdapters", "preload_moved", "run_placement", "spread_ranks", "where_rows"]
+__all__ = ["PIN_REFRESH_S", "ROUTER_PATH", "PlacementStore", "Replica", "ResidentAdapters", "preload_moved",
+           "run_placement", "where_rows"]

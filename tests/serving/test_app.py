@@ -43,7 +43,7 @@ def test_llm_configs_follow_the_config():
 def test_llm_serving_args_validate():
     from ray.llm._internal.serve.core.ingress.builder import LLMServingArgs
 
-    from serving.ingress import GatewayIngress
+    from serving.ingress.gateway import GatewayIngress
 
     args = LLMServingArgs.model_validate(serving_args(ServingConfig.shipped("embedded")))
     assert args.ingress_cls_config.ingress_cls is GatewayIngress

@@ -78,10 +78,13 @@ def test_the_import_paths_name_the_classes_they_load():
     from ray.serve.request_router import RequestRouter
 
     from serving.app import build_app_from_args
-    from serving.engine import SERVER_CLS_PATH, WORKER_EXTENSION_PATH, GatewayLLMServer, GroupedLoraWorkerExtension
-    from serving.ingress import INGRESS_CLS_PATH, GatewayIngress
+    from serving.engine import GatewayLLMServer, SERVER_CLS_PATH, WORKER_EXTENSION_PATH
+    from serving.engine.lora_worker import GroupedLoraWorkerExtension
+    from serving.ingress import INGRESS_CLS_PATH
+    from serving.ingress.gateway import GatewayIngress
     from serving.k8s import APP_IMPORT_PATH
-    from serving.placement import ROUTER_PATH, AdapterSpreadRouter
+    from serving.placement import ROUTER_PATH
+    from serving.placement.router import AdapterSpreadRouter
 
     assert _resolve(SERVER_CLS_PATH) is GatewayLLMServer and issubclass(GatewayLLMServer, LLMServer)
     assert _resolve(WORKER_EXTENSION_PATH) is GroupedLoraWorkerExtension

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from serving.local import free_port, ray_node_port_args
+from serving.local import free_port
+from serving.local.ports import ray_node_port_args
 
 
 @contextmanager

@@ -10,18 +10,9 @@ import httpx
 import pytest
 import yaml
 
-from serving.auth import (
-    CALLER,
-    Caller,
-    Gate,
-    GateMiddleware,
-    KeyRing,
-    KeySourceError,
-    authorize_model,
-    digest,
-    parse_key_file,
-    visible,
-)
+from serving.auth import CALLER, Gate, GateMiddleware, authorize_model, visible
+from serving.auth.caller import Caller
+from serving.auth.keys import KeyRing, KeySourceError, digest, parse_key_file
 from serving.config import AuthSpec, ServingConfig
 from serving.errors import Forbidden, KeysUnavailable, ModelAccessDenied
 
@@ -283,7 +274,7 @@ def test_key_file_errors_name_the_entry_and_the_field():
 
 
 async def test_the_gateway_answers_503_once_the_keys_are_refused(tmp_path, counted):
-    from serving.ingress import GatewayMiddleware
+    from serving.ingress.middleware import GatewayMiddleware
 
     path = tmp_path / "keys.yaml"
     path.write_text(yaml.safe_dump(key_file()))

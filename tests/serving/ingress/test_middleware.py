@@ -12,7 +12,8 @@ def test_application_error_middleware_replaces_ray_base_http_middleware():
     from fastapi.testclient import TestClient
     from starlette.middleware.base import BaseHTTPMiddleware
 
-    from serving.ingress import ApplicationErrorMiddleware, create_app
+    from serving.ingress import create_app
+    from serving.ingress.middleware import ApplicationErrorMiddleware
 
     app = create_app(ServingConfig.shipped("embedded"))
     classes = [m.cls for m in app.user_middleware]

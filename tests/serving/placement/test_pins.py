@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from serving.errors import AdapterNotFound, NotPinned, TooManyPins
-from serving.placement import REPORT_STALE_S, PlacementStore, where_rows
+from serving.placement import PlacementStore, where_rows
+from serving.placement.pins import REPORT_STALE_S
 
 from tests.support.adapter_store import make_adapter
 

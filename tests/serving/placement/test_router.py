@@ -9,7 +9,8 @@ import pytest
 
 from serving.app import llm_config_dicts
 from serving.config import ServingConfig
-from serving.placement import ROUTER_PATH, spread_ranks
+from serving.placement import ROUTER_PATH
+from serving.placement.router import spread_ranks
 
 HOT = "maze-tiny:maze-grpo@b6e4ab3a3a67"
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from serving.auth import digest
+from serving.auth.keys import digest
 from serving.local import embedded
 from tests.support.gateway_stack import OPS, TEAM_A, TEAM_B, TENANTS, write_tenant_keys
 
