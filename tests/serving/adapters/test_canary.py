@@ -96,7 +96,7 @@ def test_canary_lives_in_the_ref_with_its_history(store, versions):
     moves = store.history("agent")
     assert [(m.version, m.action, m.weight) for m in moves[:3]] == [(v2, "canary", 50), (v2, "canary", 10),
                                                                     (v1, "promote", None)]
-    doc = json.loads(store.client.get_object(Bucket=store.bucket, Key=f"{store.root}_refs/agent.json")["Body"].read())
+    doc, _ = store.refs.read("agent")
     assert doc["version"] == v1 and doc["canary"]["version"] == v2  # one object: the split and its history
 
 
