@@ -42,12 +42,11 @@ class VerifyReport:
 
 
 class VersionChecks:
-    """The version checks of :class:`serving.adapters.AdapterStore`, which this is mixed into: they use
-    the store's refs (``refs``: read, conditionally replaced) and versions' files (``versions``: their
-    presence and bytes)."""
+    """The version checks of :class:`serving.adapters.AdapterStore`, given what they use: the names'
+    refs (read, conditionally replaced) and the versions' files (their presence and bytes)."""
 
-    refs: Refs
-    versions: Versions
+    def __init__(self, refs: Refs, versions: Versions):
+        self.refs, self.versions = refs, versions
 
     def verify(self, name: str, version: str | None = None, *, check: bool = True) -> VerifyReport:
         """Download ``name@version`` (without ``version``: the version served now) and re-hash its

@@ -25,12 +25,11 @@ log = logging.getLogger(__name__)
 
 
 class AliasMoves:
-    """The alias moves of :class:`serving.adapters.AdapterStore`, which this is mixed into: they use
-    the store's refs (``refs``: read, conditionally replaced) and versions' files (``versions``: a
-    version's presence and rank)."""
+    """The alias moves of :class:`serving.adapters.AdapterStore`, given what they use: the names' refs
+    (read, conditionally replaced) and the versions' files (a version's presence and rank)."""
 
-    refs: Refs
-    versions: Versions
+    def __init__(self, refs: Refs, versions: Versions):
+        self.refs, self.versions = refs, versions
 
     def history(self, name: str) -> list[AliasMove]:
         """The alias's moves, newest first (the first is the version served now).

@@ -17,13 +17,13 @@ object (``history``, newest first), so the move and its record can never disagre
 share of sessions; it lives in the same object, next to the version it is tested against, and ends
 by :meth:`AdapterStore.promote` (it becomes the version) or :meth:`AdapterStore.abort_canary`.
 
-Its objects are the door (:mod:`serving.adapters.objects`, the implementation its prefix's scheme
-picks: :mod:`serving.adapters.backends`); the ref documents and the versions' files are
-:class:`~serving.adapters.layout.Refs` and :class:`~serving.adapters.layout.Versions` over it. This
-module is the store itself (reads, listing, push, remove, the download); the ref document and its
-names are :mod:`serving.adapters.refs`, the alias moves (promote, rollback, canary, abort)
-:mod:`serving.adapters.moves` and the version checks (verify, parity records)
-:mod:`serving.adapters.checks`, both mixed into :class:`AdapterStore`.
+:class:`AdapterStore` is composed: its objects are the door (:mod:`serving.adapters.objects`, the
+implementation its prefix's scheme picks: :mod:`serving.adapters.backends`); the ref documents and
+the versions' files are :class:`~serving.adapters.layout.Refs` and
+:class:`~serving.adapters.layout.Versions` over it; the alias moves (promote, rollback, canary,
+abort) are :class:`~serving.adapters.moves.AliasMoves` and the version checks (verify, parity
+records) :class:`~serving.adapters.checks.VersionChecks`, each given those two. This module keeps
+the reads, listing, push and remove, and hands the rest to its parts.
 
 Ray Serve LLM downloads ``{prefix}/{adapter_id}/``; the gateway resolves a user's
 ``base:name`` to ``base:name@version`` through ``_refs``, so a replica's cache is keyed by
@@ -40,12 +40,12 @@ from typing import Any
 
 from serving.adapters.backends import open_objects
 from serving.adapters.canary import check_weight
-from serving.adapters.checks import VersionChecks
+from serving.adapters.checks import VerifyReport, VersionChecks
 from serving.adapters.files import content_version, validate_adapter
 from serving.adapters.layout import Refs, Versions
 from serving.adapters.moves import AliasMoves
 from serving.adapters.objects import PAGE, ObjectStore
-from serving.adapters.parity import parity_of
+from serving.adapters.parity import ParityRecord, parity_of
 from serving.adapters.refs import (
     ADAPTER_NAME,
     AdapterRef,
@@ -68,7 +68,15 @@ __all__ = ["AdapterStore"]
 log = logging.getLogger(__name__)
 
 
-class AdapterStore(AliasMoves, VersionChecks):
+def _doc_of(part_method: Callable) -> Callable:
+    """A delegating method keeps the docs of the part's method it hands the call to."""
+    def keep(method: Callable) -> Callable:
+        method.__doc__ = part_method.__doc__
+        return method
+    return keep
+
+
+class AdapterStore:
     """Adapters under a prefix. Store failures become :class:`AdapterStoreUnavailable` (503), never
     "not found", so a transient outage is not remembered as a missing adapter (``objects``: the
     door, :class:`~serving.adapters.objects.ObjectStore`)."""
@@ -77,6 +85,8 @@ class AdapterStore(AliasMoves, VersionChecks):
         self.spec = spec
         self.objects = open_objects(spec) if objects is None else objects
         self.refs, self.versions = Refs(self.objects), Versions(self.objects)
+        self.moves = AliasMoves(self.refs, self.versions)
+        self.checks = VersionChecks(self.refs, self.versions)
 
     # -- reads ---------------------------------------------------------------------------
     def resolve(self, name: str) -> AdapterRef:
@@ -181,7 +191,7 @@ class AdapterStore(AliasMoves, VersionChecks):
             return ref_of(name, current)
         self.versions.upload(folder, name, version)
         move = AliasMove(version=version, at=now(), action="push", base=base, rank=cfg["r"])
-        ref = self.point(name, move, check=check)
+        ref = self.moves.point(name, move, check=check)
         log.info("published adapter %s version %s", name, version)
         return ref
 
@@ -206,3 +216,40 @@ class AdapterStore(AliasMoves, VersionChecks):
             AdapterStoreUnavailable (503): the store failed or went away mid-transfer.
         """
         return self.versions.download(name, version, dest, hashed=hashed)
+
+    # -- the alias moves (serving.adapters.moves) and version checks (serving.adapters.checks) --------
+    @_doc_of(AliasMoves.history)
+    def history(self, name: str) -> list[AliasMove]:
+        return self.moves.history(name)
+
+    @_doc_of(AliasMoves.promote)
+    def promote(self, name: str, version: str | None = None, *, force: bool = False) -> AdapterRef:
+        return self.moves.promote(name, version, force=force)
+
+    @_doc_of(AliasMoves.rollback)
+    def rollback(self, name: str) -> AdapterRef:
+        return self.moves.rollback(name)
+
+    @_doc_of(AliasMoves.canary)
+    def canary(self, name: str, version: str, weight: float) -> AdapterRef:
+        return self.moves.canary(name, version, weight)
+
+    @_doc_of(AliasMoves.abort_canary)
+    def abort_canary(self, name: str) -> AdapterRef:
+        return self.moves.abort_canary(name)
+
+    @_doc_of(VersionChecks.verify)
+    def verify(self, name: str, version: str | None = None, *, check: bool = True) -> VerifyReport:
+        return self.checks.verify(name, version, check=check)
+
+    @_doc_of(VersionChecks.fetch)
+    def fetch(self, name: str, version: str, dest: str | Path) -> Path:
+        return self.checks.fetch(name, version, dest)
+
+    @_doc_of(VersionChecks.record_parity)
+    def record_parity(self, name: str, version: str, result: dict[str, Any] | ParityRecord) -> ParityRecord:
+        return self.checks.record_parity(name, version, result)
+
+    @_doc_of(VersionChecks.parity)
+    def parity(self, name: str) -> dict[str, ParityRecord]:
+        return self.checks.parity(name)

@@ -59,7 +59,7 @@ def _publish_unchecked(stack, folder, name: str) -> str:
     store = stack.store
     version = content_version(folder)
     store.versions.upload(folder, name, version)
-    store.point(name, AliasMove(version=version, at=now(), action="push", base=stack.base, rank=8))
+    store.moves.point(name, AliasMove(version=version, at=now(), action="push", base=stack.base, rank=8))
     return version
 
 
