@@ -1,4 +1,4 @@
-"""The adapter store in S3: names, immutable content versions, aliases and canaries.
+"""The adapter store: names, immutable content versions, aliases and canaries, in S3 (or a local folder).
 
 :class:`AdapterStore` publishes a peft LoRA folder atomically under a content version, moves a
 name's alias (promote, rollback, canary), re-hashes a version's stored files (verify), downloads a
@@ -10,8 +10,8 @@ and :mod:`~serving.adapters.modules` that the engine would serve it as trained.
 Every byte goes through one door, :class:`ObjectStore` (:mod:`~serving.adapters.objects`: get,
 stream, put, head, delete, one paginated listing, conditional replace, in the project's errors),
 which :func:`open_objects` opens for a prefix by its scheme: S3 (:mod:`~serving.adapters.s3`, the one
-file that talks to boto, with the client environment: :func:`s3_env`, :func:`spec_from_env`). Uses
-only serving's config, errors and metrics.
+file that talks to boto, with the client environment: :func:`s3_env`, :func:`spec_from_env`) or a
+local folder (:class:`LocalObjects`, ``file:///path``). Uses only serving's config, errors and metrics.
 """
 
 from serving.adapters.backends import open_objects
@@ -25,6 +25,7 @@ from serving.adapters.files import (
     validate_adapter,
     verify_adapter_folder,
 )
+from serving.adapters.local import LocalObjects
 from serving.adapters.modules import AdapterModules, check_servable, inspect_adapter, unsupported_features
 from serving.adapters.objects import ObjectChanged, ObjectStore
 from serving.adapters.parity import ParityRecord, parity_label
@@ -34,7 +35,7 @@ from serving.adapters.s3 import LOCAL_S3_CREDENTIALS, export_s3_env, is_local, s
 from serving.adapters.store import AdapterStore
 
 __all__ = ["CONFIG", "LOCAL_S3_CREDENTIALS", "WEIGHTS", "AdapterModules", "AdapterRef", "AdapterResolver",
-           "AdapterStore", "AliasMove", "Canary", "ObjectChanged", "ObjectStore", "ParityRecord",
+           "AdapterStore", "AliasMove", "Canary", "LocalObjects", "ObjectChanged", "ObjectStore", "ParityRecord",
            "VerifyReport", "check_name", "check_servable", "check_version", "check_weight", "content_version",
            "content_version_of", "export_s3_env", "inspect_adapter", "is_local", "now", "open_objects",
            "parity_label", "s3_env", "serves_canary", "session_key", "spec_from_env", "split_model_name",

@@ -45,8 +45,8 @@ class S3Server:
 
 
 def bucket_keys(store) -> list[str]:
-    """Every key in the store's bucket, read through the door: the store's own prefix (``lora/``) shows
-    in them, so they show the layout as stored."""
+    """Every key in the store's bucket (an S3 bucket, or a local store's folder's parent), read through
+    the door: the store's own prefix (``lora/``) shows in them, so they show the layout as stored."""
     from serving.adapters import open_objects
 
     outer = store.spec.model_copy(update={"prefix": store.spec.prefix.rsplit("/", 1)[0]})

@@ -1,5 +1,6 @@
-"""Adapter aliases against a real local S3 server: promote, rollback, history, explicit versions,
-and the conditional write that keeps concurrent moves from losing updates."""
+"""Adapter aliases against a real local S3 server and in a local folder (the store fixture runs each test
+on both): promote, rollback, history, explicit versions, and the conditional write that keeps
+concurrent moves from losing updates."""
 
 from __future__ import annotations
 

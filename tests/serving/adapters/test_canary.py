@@ -1,5 +1,6 @@
 """Canary splits: the pure split (determinism, weights, edges, ramps), the canary in the adapter
-store's ref (a real local S3 server) and the `maze-serve adapters canary/promote/abort` commands."""
+store's ref (a real local S3 server and a local folder) and the `maze-serve adapters
+canary/promote/abort` commands."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""A published version's checks against a real local S3 server: its stored files re-hashed
-(``verify``), and parity records in the ref (``record_parity``) gating ``promote``."""
+"""A published version's checks against a real local S3 server and in a local folder (the store fixture
+runs each test on both): its stored files re-hashed (``verify``), and parity records in the ref
+(``record_parity``) gating ``promote``."""
 
 from __future__ import annotations
 

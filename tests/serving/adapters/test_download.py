@@ -1,6 +1,6 @@
 """The store's one download of a version (``AdapterStore.download_version``: streamed and hashed as it
 arrives, what a replica loads) and its checked form (``AdapterStore.fetch``: what a parity measurement
-reads), from the real local S3 server."""
+reads), from a real local S3 server and from a local folder (the store fixture runs each test on both)."""
 
 from __future__ import annotations
 

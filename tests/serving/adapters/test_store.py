@@ -1,4 +1,5 @@
-"""The S3 adapter store against a real local S3 server: validation, atomic versioned push."""
+"""The adapter store against a real local S3 server and in a local folder (the same tests, through either
+implementation of its door): validation, atomic versioned push."""
 
 from __future__ import annotations
 
