@@ -87,18 +87,16 @@ def scraped_phases(metrics_port: int, adapters: list[str], timeout_s: float = 60
         time.sleep(2)  # Ray exports a replica's metrics every few seconds
 
 
-def download_variants(store, bucket_uri: str, folder_key: str, rounds: int = 40) -> dict:
+def download_variants(store, bucket_uri: str, adapter: str, version: str, rounds: int = 40) -> dict:
     """The replica's download of one version three ways, interleaved (the order rotating per round): its
     own streamed download with hashing (what it does), the same without hashing (what the hash adds),
     and Ray Serve LLM's download (``sync_files_with_lock``, what the loader used before it streamed
     and hashed the files itself)."""
     from ray.llm._internal.common.utils.lora_utils import sync_files_with_lock
 
-    from serving.adapters import download_version
-
     ways = {
-        "hashed": lambda dest: download_version(store.s3, folder_key, dest, hashed=True),
-        "plain": lambda dest: download_version(store.s3, folder_key, dest, hashed=False),
+        "hashed": lambda dest: store.download_version(adapter, version, dest, hashed=True),
+        "plain": lambda dest: store.download_version(adapter, version, dest, hashed=False),
         "ray": lambda dest: sync_files_with_lock(bucket_uri, str(dest), timeout=60),
     }
     times: dict[str, list[float]] = {k: [] for k in ways}
@@ -134,7 +132,7 @@ def run(n: int) -> dict:
     cfg = stack_config(assets.base_dir, name="load-checks")
     url = embedded.up(cfg, adapters=assets.shipped)
     base = cfg.base_models[0]
-    rows = []
+    rows, pushed = [], []
     try:
         export_s3_env(cfg)
         store = AdapterStore(cfg.adapters)
@@ -143,13 +141,14 @@ def run(n: int) -> dict:
         for i, folder in enumerate(copies(assets.shipped["maze-grpo"], n, Path(os.environ["MAZE_HOME"]))):
             ref = store.push(folder, f"cold-{i}", base=base.id, base_source=base.source, max_rank=cfg.lora.max_rank,
                              vision_tower=cfg.lora.vision_tower)
+            pushed.append(ref)
             model = f"{base.id}:cold-{i}"
             cold, warm = request_s(client, model), request_s(client, model)
             rows.append({"adapter": f"cold-{i}@{ref.version}", "cold_s": round(cold, 4), "warm_s": round(warm, 4),
                          "cold_load_s": round(cold - warm, 4)})
         phases = scraped_phases(embedded.read_state().metrics_port, [r["adapter"] for r in rows])
-        hashing = download_variants(store, f"{cfg.adapters.prefix}/{rows[0]['adapter']}",
-                                    f"{store.root}{rows[0]['adapter']}/")
+        first = pushed[0]
+        hashing = download_variants(store, f"{cfg.adapters.prefix}/{first.folder}", first.name, first.version)
     finally:
         embedded.down()
     for row in rows:

@@ -3,20 +3,24 @@
 :meth:`VersionChecks.verify` downloads a version's two objects and re-hashes them
 (:func:`~serving.adapters.files.content_version_of`): a version is named by its content, so files
 that hash to anything else were changed after publishing (overwritten, corrupted) and are not what
-was published. :meth:`VersionChecks.record_parity` keeps a parity measurement's result in the ref
-(``serving.adapters.parity``), where :meth:`promote <serving.adapters.AdapterStore.promote>` reads it.
+was published. :meth:`VersionChecks.fetch` is the same check on the streamed, hashed download of a
+version into a folder (what a parity measurement reads). :meth:`VersionChecks.record_parity` keeps a
+parity measurement's result in the ref (``serving.adapters.parity``), where :meth:`promote
+<serving.adapters.AdapterStore.promote>` reads it.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from serving.adapters.files import CONFIG, WEIGHTS, content_version_of
+from serving.adapters.layout import Refs, Versions
 from serving.adapters.parity import ParityRecord, kept_parity, parity_of, parity_record
-from serving.adapters.refs import check_version, history_of, now
-from serving.errors import AdapterIntegrityError, AdapterNotFound
+from serving.adapters.refs import check_version, history_of, now, ref_of
+from serving.errors import AdapterIntegrityError, AdapterLoadFailed, AdapterNotFound
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +42,11 @@ class VerifyReport:
 
 
 class VersionChecks:
-    """The version checks of :class:`serving.adapters.AdapterStore`, which this is mixed into: they
-    use the store's ref reads and conditional writes (``resolve``, ``_read_ref``, ``_update_ref``),
-    its version check (``_require_version``), its bucket (``s3``) and its prefix (``spec``, ``root``)."""
+    """The version checks of :class:`serving.adapters.AdapterStore`, given what they use: the names'
+    refs (read, conditionally replaced) and the versions' files (their presence and bytes)."""
+
+    def __init__(self, refs: Refs, versions: Versions):
+        self.refs, self.versions = refs, versions
 
     def verify(self, name: str, version: str | None = None, *, check: bool = True) -> VerifyReport:
         """Download ``name@version`` (without ``version``: the version served now) and re-hash its
@@ -52,23 +58,40 @@ class VersionChecks:
             BadAdapterName (400), AdapterNotFound (404), AdapterIntegrityError (422: the files hash to
             another version, or the weights are gone), AdapterStoreUnavailable (503).
         """
-        version = self.resolve(name).version if version is None else check_version(version)
-        self._require_version(name, version)
-        folder = f"{self.root}{name}@{version}/"
-        config = self.s3.call("get_object", Key=folder + CONFIG)["Body"].read()
+        version = ref_of(name, self.refs.require(name)).version if version is None else check_version(version)
+        self.versions.require(name, version)
+        config = self.versions.read(name, version, CONFIG)
         try:
-            weights = self.s3.call("get_object", Key=folder + WEIGHTS)["Body"].read()
+            weights = self.versions.read(name, version, WEIGHTS)
         except KeyError:
-            raise AdapterIntegrityError(f"adapter {name}@{version}: {WEIGHTS} is missing from the store: it was "
-                                        "deleted after publishing") from None
+            raise _weights_gone(name, version) from None
         report = VerifyReport(name=name, version=version, actual=content_version_of(config, weights),
                               config_bytes=len(config), weights_bytes=len(weights))
         if not report.ok:
             log.warning("adapter %s@%s: stored files hash to %s", name, version, report.actual)
             if check:
-                raise AdapterIntegrityError(f"adapter {name}@{version}: the stored files hash to {report.actual}, "
-                                            f"not to version {version}: they changed after publishing")
+                raise _changed(name, version, report.actual)
         return report
+
+    def fetch(self, name: str, version: str, dest: str | Path) -> Path:
+        """Download ``name@version`` into ``dest`` (the store's one download: streamed, hashed as it
+        arrives) and check it as :meth:`verify` does: the files must hash to the version.
+
+        Raises:
+            BadAdapterName (400), AdapterNotFound (404), AdapterIntegrityError (422: the files hash to
+            another version, or the weights are gone), AdapterStoreUnavailable (503).
+        """
+        check_version(version)
+        self.versions.require(name, version)
+        try:
+            actual = self.versions.download(name, version, dest)
+        except AdapterLoadFailed:  # a file is missing
+            self.versions.require(name, version)  # the version was removed meanwhile (404)
+            raise _weights_gone(name, version) from None
+        if actual != version:
+            log.warning("adapter %s@%s: stored files hash to %s", name, version, actual)
+            raise _changed(name, version, actual)
+        return Path(dest)
 
     def record_parity(self, name: str, version: str, result: dict[str, Any] | ParityRecord) -> ParityRecord:
         """Record a parity measurement of ``name@version`` in the name's ref, in one conditional write,
@@ -93,7 +116,7 @@ class VersionChecks:
                                       "recorded for versions pushed, promoted or canaried under the name")
             return {**doc, "parity": {**kept_parity(doc, versions), version: record.__dict__}}
 
-        self._update_ref(name, change)
+        self.refs.update(name, change)
         log.info("adapter %s@%s: parity %s recorded", name, version, "ok" if record.ok else "FAILED")
         return record
 
@@ -103,10 +126,17 @@ class VersionChecks:
         Raises:
             BadAdapterName (400), AdapterNotFound (404), AdapterStoreUnavailable (503).
         """
-        doc, _ = self._read_ref(name)
-        if doc is None:
-            raise AdapterNotFound(f"adapter {name!r} not found")
-        return parity_of(doc)
+        return parity_of(self.refs.require(name))
+
+
+def _weights_gone(name: str, version: str) -> AdapterIntegrityError:
+    return AdapterIntegrityError(f"adapter {name}@{version}: {WEIGHTS} is missing from the store: it was deleted "
+                                 "after publishing")
+
+
+def _changed(name: str, version: str, actual: str) -> AdapterIntegrityError:
+    return AdapterIntegrityError(f"adapter {name}@{version}: the stored files hash to {actual}, not to version "
+                                 f"{version}: they changed after publishing")
 
 
 __all__ = ["VerifyReport", "VersionChecks"]

@@ -3,7 +3,8 @@
 The store (``serving.adapters.store``) validates a folder with :func:`validate_adapter` before
 upload (well-formed, and served as trained: :mod:`serving.adapters.modules`) and names the upload
 by :func:`content_version`, so equal files always get the same version (:func:`content_version_of`
-hashes the bytes, which the store's re-check of its objects uses too); an LLM replica checks each
+hashes the bytes, which the store's re-check of its objects uses too); :func:`receive_version` writes
+a version's files as the store streams them, hashing them on the way, and an LLM replica checks each
 download with :func:`verify_adapter_folder` before the engine sees it.
 """
 
@@ -13,6 +14,7 @@ import collections
 import hashlib
 import json
 import os
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -97,25 +99,22 @@ def content_version_of(config: bytes, weights: bytes) -> str:
     return h.hexdigest()[:12]
 
 
-CHUNK = 1 << 18  # bytes per read while streaming a download (the last one's hash is what the hash adds)
 MAX_PENDING_CHUNKS = 16  # read ahead of the writes by at most this many chunks
 
 
-def download_version(bucket: Any, folder_key: str, dest: str | Path, *, hashed: bool = True) -> str | None:
-    """Download a version's two files (``{folder_key}adapter_config.json``, then the weights) from
-    ``bucket`` (a :class:`~serving.adapters.s3.S3Bucket`) into ``dest``, hashing the bytes as they
-    arrive; returns their content version (None when not ``hashed``), so checking a download against
-    its version needs no second read of the files and the hashing overlaps the transfer. Each file
-    is written under a temporary name and renamed when complete.
+def receive_version(open_stream: Callable[[str], Iterable[bytes]], dest: str | Path, *,
+                    hashed: bool = True) -> str | None:
+    """Write a version's two files (adapter_config.json, then the weights) into ``dest`` from
+    ``open_stream(file name)`` (their bytes in chunks: the store's streamed read,
+    :meth:`AdapterStore.download_version <serving.adapters.AdapterStore.download_version>`), hashing
+    the bytes as they arrive; returns their content version (None when not ``hashed``), so checking a
+    download against its version needs no second read of the files and the hashing overlaps the
+    transfer. Each file is written under a temporary name and renamed when complete.
 
     Raises:
-        AdapterLoadFailed: a file is missing from the store.
-        AdapterStoreUnavailable (503): S3 failed or went away mid-transfer.
+        AdapterLoadFailed: a file is missing from the store (``open_stream`` raised KeyError).
+        AdapterStoreUnavailable (503): the store failed or went away mid-transfer.
     """
-    from botocore.exceptions import BotoCoreError
-
-    from serving.errors import AdapterStoreUnavailable
-
     digest = hashlib.sha256() if hashed else None
     folder = Path(dest)
     folder.mkdir(parents=True, exist_ok=True)
@@ -124,22 +123,18 @@ def download_version(bucket: Any, folder_key: str, dest: str | Path, *, hashed: 
     with ThreadPoolExecutor(1, thread_name_prefix="adapter-download") as sink:
         for fname in (CONFIG, WEIGHTS):
             try:
-                body = bucket.call("get_object", Key=folder_key + fname)["Body"]
+                chunks = open_stream(fname)
             except KeyError:
                 raise AdapterLoadFailed(f"adapter download incomplete: {fname} is missing from the store") from None
             part = folder / f"{fname}.part"
-            try:
-                with open(part, "wb") as out:
-                    pending: collections.deque = collections.deque()
-                    for chunk in iter(lambda b=body: b.read(CHUNK), b""):
-                        pending.append(sink.submit(_take, chunk, out, digest))
-                        if len(pending) > MAX_PENDING_CHUNKS:  # a slow disk holds back the reads, not memory
-                            pending.popleft().result()
-                    for done in pending:
-                        done.result()
-            except BotoCoreError as exc:
-                raise AdapterStoreUnavailable(f"S3 went away during the download ({type(exc).__name__}); "
-                                              "try again in a few seconds") from None
+            with open(part, "wb") as out:
+                pending: collections.deque = collections.deque()
+                for chunk in chunks:
+                    pending.append(sink.submit(_take, chunk, out, digest))
+                    if len(pending) > MAX_PENDING_CHUNKS:  # a slow disk holds back the reads, not memory
+                        pending.popleft().result()
+                for done in pending:
+                    done.result()
             os.replace(part, folder / fname)
     return digest.hexdigest()[:12] if digest is not None else None
 
@@ -168,5 +163,5 @@ def verify_adapter_folder(path: str) -> None:
         raise AdapterLoadFailed(f"{WEIGHTS} holds no LoRA tensors")
 
 
-__all__ = ["CHUNK", "CONFIG", "WEIGHTS", "content_version", "content_version_of", "download_version", "validate_adapter",
+__all__ = ["CONFIG", "WEIGHTS", "content_version", "content_version_of", "receive_version", "validate_adapter",
            "verify_adapter_folder"]

@@ -1,7 +1,7 @@
 """Moves of an adapter's alias: promote, rollback, their history, and canaries (start, re-weight, abort).
 
-Each move is one conditional replacement of the name's ref (:meth:`AdapterStore._update_ref
-<serving.adapters.AdapterStore._update_ref>`), recorded in the ref's own ``history``, so the
+Each move is one conditional replacement of the name's ref (:meth:`Refs.update
+<serving.adapters.layout.Refs.update>`), recorded in the ref's own ``history``, so the
 move and its record never disagree and two writers racing never lose an update. A canary
 (``serving.adapters.canary``) is a second version the name serves to a weighted share of sessions; it
 lives in the same ref, next to the version it is tested against, and ends by :meth:`promote`
@@ -12,12 +12,11 @@ the versions its history still holds.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from serving.adapters.canary import Canary, canary_of, check_weight
-from serving.adapters.files import CONFIG
+from serving.adapters.layout import Refs, Versions
 from serving.adapters.parity import kept_parity, parity_of, refuse_failed_parity
 from serving.adapters.refs import STABLE_MOVES, AdapterRef, AliasMove, check_version, history_of, now, ref_of, with_move
 from serving.errors import AdapterNotFound, InvalidCanary, NoCanary, NoRollbackTarget
@@ -26,9 +25,11 @@ log = logging.getLogger(__name__)
 
 
 class AliasMoves:
-    """The alias moves of :class:`serving.adapters.AdapterStore`, which this is mixed into: they use
-    the store's ref reads and conditional writes (``_read_ref``, ``_update_ref``), its version check
-    (``_require_version``), its bucket (``s3``) and its prefix (``root``)."""
+    """The alias moves of :class:`serving.adapters.AdapterStore`, given what they use: the names' refs
+    (read, conditionally replaced) and the versions' files (a version's presence and rank)."""
+
+    def __init__(self, refs: Refs, versions: Versions):
+        self.refs, self.versions = refs, versions
 
     def history(self, name: str) -> list[AliasMove]:
         """The alias's moves, newest first (the first is the version served now).
@@ -36,32 +37,28 @@ class AliasMoves:
         Raises:
             BadAdapterName, AdapterNotFound (404), AdapterStoreUnavailable (503).
         """
-        doc, _ = self._read_ref(name)
-        if doc is None:
-            raise AdapterNotFound(f"adapter {name!r} not found")
-        return [AliasMove(**m) for m in history_of(doc)]
+        return [AliasMove(**m) for m in history_of(self.refs.require(name))]
 
     def promote(self, name: str, version: str | None = None, *, force: bool = False) -> AdapterRef:
         """Point ``name`` at ``version``, any version ever pushed under that name; without
         ``version``, at the canary's (promoting the canary). A running canary ends when its
         version becomes the one served, and keeps running otherwise.
 
-        A version whose recorded parity check failed (:meth:`record_parity`) is refused unless
-        ``force``; a version with no parity record is not blocked. Promoting the version already
-        served changes nothing (no history entry).
+        A version whose recorded parity check failed (:meth:`record_parity
+        <serving.adapters.AdapterStore.record_parity>`) is refused unless ``force``; a version with
+        no parity record is not blocked. Promoting the version already served changes nothing (no
+        history entry).
 
         Raises:
             BadAdapterName (400), AdapterNotFound (404: unknown name or version), NoCanary (409: no
             version given and no canary runs), ParityFailed (409: its parity failed, not forced),
             AdapterRefConflict (409), AdapterStoreUnavailable (503).
         """
-        doc, _ = self._read_ref(name)
-        if doc is None:
-            raise AdapterNotFound(f"adapter {name!r} not found")
+        doc = self.refs.require(name)
         if version is None:
             version = self._running_canary(name, doc).version
         check_version(version)
-        self._require_version(name, version)
+        self.versions.require(name, version)
         base, rank = self._version_info(name, version, doc)
 
         def check(doc: dict[str, Any] | None) -> None:
@@ -69,7 +66,7 @@ class AliasMoves:
             if doc["version"] != version:  # judged on the ref being replaced, in the same write
                 refuse_failed_parity(name, version, parity_of(doc).get(version), force=force)
 
-        ref = self._move(name, AliasMove(version=version, at=now(), action="promote", base=base, rank=rank),
+        ref = self.point(name, AliasMove(version=version, at=now(), action="promote", base=base, rank=rank),
                          check=check)
         log.info("promoted adapter %s to version %s%s", name, version, " (forced)" if force else "")
         return ref
@@ -91,7 +88,7 @@ class AliasMoves:
                                        "nothing to roll back to")
             return AliasMove(**{**moves[1], "at": now(), "action": "rollback"})
 
-        ref = self._move(name, previous, check=self._published(name))
+        ref = self.point(name, previous, check=self._published(name))
         log.info("rolled adapter %s back to version %s", name, ref.version)
         return ref
 
@@ -105,10 +102,8 @@ class AliasMoves:
         """
         weight = check_weight(weight)
         check_version(version)
-        doc, _ = self._read_ref(name)
-        if doc is None:
-            raise AdapterNotFound(f"adapter {name!r} not found")
-        self._require_version(name, version)
+        doc = self.refs.require(name)
+        self.versions.require(name, version)
         base, rank = self._version_info(name, version, doc)
 
         def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -124,7 +119,7 @@ class AliasMoves:
             canary = Canary(version=version, weight=weight, base=base, rank=rank, started_at=started)
             return {**doc, "canary": canary.__dict__, "history": with_move(doc, move)}
 
-        ref = ref_of(name, self._update_ref(name, change))
+        ref = ref_of(name, self.refs.update(name, change))
         log.info("adapter %s: canary %s at %s%%", name, version, weight)
         return ref
 
@@ -142,7 +137,7 @@ class AliasMoves:
             rest = {k: v for k, v in doc.items() if k != "canary"}
             return {**rest, "history": with_move(doc, move)}
 
-        ref = ref_of(name, self._update_ref(name, change))
+        ref = ref_of(name, self.refs.update(name, change))
         log.info("adapter %s: canary aborted, version %s serves everything", name, ref.version)
         return ref
 
@@ -158,20 +153,20 @@ class AliasMoves:
         known = next((m for m in history_of(doc) if m["version"] == version), None)
         if known is not None:
             return known.get("base"), known.get("rank")
-        config = self.s3.call("get_object", Key=f"{self.root}{name}@{version}/{CONFIG}")
-        rank = json.loads(config["Body"].read()).get("r")
-        return doc.get("base"), rank if isinstance(rank, int) else None
+        return doc.get("base"), self.versions.rank(name, version)
 
-    def _published(self, name: str):
-        """A ``_move`` check: a promote or rollback never re-creates a name removed meanwhile."""
+    @staticmethod
+    def _published(name: str):
+        """A :meth:`point` check: a promote or rollback never re-creates a name removed meanwhile."""
         def check(doc: dict[str, Any] | None) -> None:
             if doc is None:
                 raise AdapterNotFound(f"adapter {name!r} not found")
         return check
 
-    def _move(self, name: str, move, *, check=None) -> AdapterRef:
-        """Point the alias at a version (see ``_update_ref``); a running canary stays unless its
-        version is the one now served (then it was promoted, and ends).
+    def point(self, name: str, move, *, check=None) -> AdapterRef:
+        """Point the alias at a version (one conditional write of the ref, :meth:`Refs.update
+        <serving.adapters.layout.Refs.update>`), recording the move: a push, promote or rollback. A
+        running canary stays unless its version is the one now served (then it was promoted, and ends).
 
         ``move`` is an :class:`AliasMove`, or a function of the current ref document returning one
         (so a rollback computes its target from the ref it replaces); ``check`` may raise to refuse.
@@ -195,4 +190,4 @@ class AliasMoves:
                 new["parity"] = parity
             return new
 
-        return ref_of(name, self._update_ref(name, change))
+        return ref_of(name, self.refs.update(name, change))

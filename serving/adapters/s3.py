@@ -1,27 +1,31 @@
-"""The adapter store's one boundary to S3: the client environment, the calls and their errors.
+"""S3 behind the adapter store's door (:class:`~serving.adapters.objects.ObjectStore`): the one file that
+names boto's calls and imports botocore, and the S3 client environment.
 
 :func:`s3_env` is a pure function of the config (the app builder puts it in each deployment's
 runtime env); :func:`export_s3_env` sets it in this process for clients created here (the CLI,
-the ingress, the embedded stack's seeding, ``maze-train publish``).
+the ingress, the embedded stack's seeding, ``maze-train publish``); :func:`spec_from_env` builds the
+store's settings back from that environment where only the prefix is known (an LLM replica's
+adapter loader and its placement agent).
 
-:class:`S3Bucket` is every S3 call the store and the placement state make, with boto's errors
-translated once: a missing object is ``KeyError``, a lost conditional write :class:`ObjectChanged`,
-anything else :class:`~serving.errors.AdapterStoreUnavailable` (503), never "not found", so an
-outage is not remembered as a missing adapter. That 503 reaches clients, so its message names the
-failure's kind and never the endpoint (botocore's own error, which does, stays its cause for logs).
-:meth:`S3Bucket.replace_json` is the one conditional-replace loop behind every alias move and every pin.
+:class:`S3Objects` is every S3 call the store and the placement state make (``s3://bucket/prefix``),
+with boto's errors translated once: a missing object is ``KeyError``, a lost conditional write
+:class:`~serving.adapters.objects.ObjectChanged`, anything else
+:class:`~serving.errors.AdapterStoreUnavailable` (503), never "not found", so an outage is not
+remembered as a missing adapter. That 503 reaches clients, so its message names the failure's kind
+and never the endpoint (botocore's own error, which does, stays its cause for logs).
 """
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlparse
 
+from serving.adapters.objects import CHUNK, PAGE, ObjectChanged, ObjectStore
 from serving.config import AdapterStoreSpec, ServingConfig
-from serving.errors import AdapterRefConflict, AdapterStoreUnavailable
+from serving.errors import AdapterStoreUnavailable
 
 #: A local S3 server (moto) accepts any credentials; these keep boto3 from searching for real ones.
 LOCAL_S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "maze-local", "AWS_SECRET_ACCESS_KEY": "maze-local"}
@@ -52,19 +56,21 @@ def export_s3_env(cfg: ServingConfig) -> dict[str, str]:
     return {key: os.environ[key] for key in s3_env(cfg)}
 
 
-WRITE_ATTEMPTS = 5  # conditional-write retries before a replace gives up as conflicting
+def spec_from_env(prefix: str) -> AdapterStoreSpec:
+    """The store's settings for ``prefix`` from this process's S3 environment (:func:`s3_env`, which the
+    app builder puts in every deployment's runtime env): what an LLM replica knows of the store."""
+    return AdapterStoreSpec(prefix=prefix, endpoint_url=os.environ.get("AWS_ENDPOINT_URL_S3") or None,
+                            region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+
+
 RETRY_HINT = "try again in a few seconds"  # an outage's 503s are retryable
 
 
-class ObjectChanged(Exception):
-    """A conditional write lost a race: the object changed or vanished since it was read."""
-
-
-class S3Bucket:
-    """One bucket of the adapter store, through a boto3 client made on first use."""
+class S3Objects(ObjectStore):
+    """The objects under an ``s3://bucket/prefix``, through a boto3 client made on first use."""
 
     def __init__(self, spec: AdapterStoreSpec, client: Any | None = None):
-        self.spec, self.name = spec, spec.bucket
+        self.spec, self.bucket, self.root = spec, spec.bucket, spec.key_prefix
         self._client = client
 
     @property
@@ -79,62 +85,89 @@ class S3Bucket:
             )
         return self._client
 
-    def call(self, fn: str, **kwargs):
-        """``client.<fn>(Bucket=..., **kwargs)``; missing: KeyError, lost condition: ObjectChanged.
-
-        Raises:
-            AdapterStoreUnavailable (503): any other S3 failure, or S3 unreachable; its message names
-                the failure's kind, never the endpoint or a key (clients see it; its cause has the rest).
-        """
+    @contextmanager
+    def _translated(self, fn: str, key: str | None):
+        """boto's errors of call ``fn`` in the project's terms (see the module)."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            return getattr(self.client, fn)(Bucket=self.name, **kwargs)
+            yield
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("NoSuchKey", "404", "NotFound"):
-                raise KeyError(kwargs.get("Key")) from None
+                raise KeyError(key) from None
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
-                raise ObjectChanged(kwargs.get("Key")) from None
+                raise ObjectChanged(key) from None
             raise AdapterStoreUnavailable(f"S3 {fn} failed ({code or type(exc).__name__}); {RETRY_HINT}") from exc
         except BotoCoreError as exc:
             # botocore's text names the endpoint URL: it stays the cause (the gateway's log, a CLI's
             # --verbose), and the message names only the kind.
             raise AdapterStoreUnavailable(f"S3 unreachable ({type(exc).__name__}); {RETRY_HINT}") from exc
 
-    def read_json(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
-        """The JSON document at ``key`` and its ETag, or (None, None) when there is none."""
-        try:
-            obj = self.call("get_object", Key=key)
-        except KeyError:
-            return None, None
-        return json.loads(obj["Body"].read()), obj.get("ETag")
-
-    def put_json(self, key: str, doc: dict[str, Any], **condition: str) -> None:
-        self.call("put_object", Key=key, Body=json.dumps(doc).encode(), ContentType="application/json", **condition)
-
-    def replace_json(self, key: str, change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
-                     what: str) -> dict[str, Any] | None:
-        """Replace the document at ``key`` with ``change(current)`` in one conditional PUT (``If-Match``
-        the ETag read, ``If-None-Match: *`` when new), re-reading and re-applying on a lost race.
-
-        ``change`` returns None to leave the document as it is, and may raise to refuse. Returns the
-        document now in force.
+    def _call(self, fn: str, **kwargs):
+        """``client.<fn>(Bucket=..., **kwargs)``, its errors translated.
 
         Raises:
-            AdapterRefConflict (409): ``what`` changed concurrently on every attempt.
+            KeyError, ObjectChanged, AdapterStoreUnavailable (503): any other S3 failure, or S3
+                unreachable; its message names the failure's kind, never the endpoint or a key.
         """
-        for _ in range(WRITE_ATTEMPTS):
-            doc, etag = self.read_json(key)
-            new = change(doc)
-            if new is None:
-                return doc
-            try:
-                self.put_json(key, new, **({"IfMatch": etag} if etag else {"IfNoneMatch": "*"}))
-            except (ObjectChanged, KeyError):  # KeyError: the document was removed since it was read
-                continue
-            return new
-        raise AdapterRefConflict(f"{what} changed concurrently {WRITE_ATTEMPTS} times; try again")
+        with self._translated(fn, kwargs.get("Key")):
+            return getattr(self.client, fn)(Bucket=self.bucket, **kwargs)
+
+    def get_tagged(self, key: str) -> tuple[bytes, str | None]:
+        obj = self._call("get_object", Key=self.root + key)
+        with self._translated("get_object", self.root + key):
+            return obj["Body"].read(), obj.get("ETag")
+
+    def stream(self, key: str, chunk_size: int = CHUNK) -> Iterator[bytes]:
+        return self._chunks(self._call("get_object", Key=self.root + key)["Body"], chunk_size)
+
+    @staticmethod
+    def _chunks(body: Any, chunk_size: int) -> Iterator[bytes]:
+        from botocore.exceptions import BotoCoreError
+
+        try:
+            yield from iter(lambda: body.read(chunk_size), b"")
+        except BotoCoreError as exc:
+            raise AdapterStoreUnavailable(f"S3 went away during the download ({type(exc).__name__}); "
+                                          f"{RETRY_HINT}") from None
+
+    def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False,
+            content_type: str | None = None) -> None:
+        extra = {"ContentType": content_type} if content_type else {}
+        if if_match:
+            extra["IfMatch"] = if_match
+        if if_none_match:
+            extra["IfNoneMatch"] = "*"
+        self._call("put_object", Key=self.root + key, Body=data, **extra)
+
+    def head(self, key: str) -> int:
+        return self._call("head_object", Key=self.root + key)["ContentLength"]
+
+    def delete(self, key: str) -> None:
+        self._call("delete_object", Key=self.root + key)
+
+    def list(self, prefix: str = "", *, start_after: str | None = None, page_size: int = PAGE) -> Iterator[str]:
+        kwargs: dict[str, Any] = {"Prefix": self.root + prefix, "MaxKeys": page_size}
+        if start_after:
+            kwargs["StartAfter"] = self.root + start_after
+        while True:
+            page = self._call("list_objects_v2", **kwargs)
+            for obj in page.get("Contents", []):
+                yield obj["Key"][len(self.root):]
+            if not page.get("IsTruncated"):
+                return
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    def ensure_bucket(self) -> None:
+        """Create the bucket if missing (local S3 servers start empty). Setup, not serving: boto's
+        errors are left as they are (their text names the endpoint, which is what setup needs)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError:
+            self.client.create_bucket(Bucket=self.bucket)
 
 
-__all__ = ["LOCAL_S3_CREDENTIALS", "ObjectChanged", "S3Bucket", "export_s3_env", "is_local", "s3_env"]
+__all__ = ["LOCAL_S3_CREDENTIALS", "RETRY_HINT", "S3Objects", "export_s3_env", "is_local", "s3_env", "spec_from_env"]

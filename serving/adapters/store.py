@@ -1,6 +1,6 @@
-"""The S3 adapter store: validated, atomic, versioned LoRA adapters.
+"""The adapter store: validated, atomic, versioned LoRA adapters, in S3 (or a local folder).
 
-Layout under the configured prefix (``s3://bucket/prefix``)::
+Layout under the configured prefix (``s3://bucket/prefix``; :mod:`serving.adapters.layout`)::
 
     {name}@{version}/adapter_model.safetensors   immutable; version = content hash
     {name}@{version}/adapter_config.json         written after the weights: its presence
@@ -17,10 +17,13 @@ object (``history``, newest first), so the move and its record can never disagre
 share of sessions; it lives in the same object, next to the version it is tested against, and ends
 by :meth:`AdapterStore.promote` (it becomes the version) or :meth:`AdapterStore.abort_canary`.
 
-This module is the store itself (S3 access, reads, listing, push, remove, the conditional ref
-write); the ref document and its names are :mod:`serving.adapters.refs`, the alias moves (promote,
-rollback, canary, abort) :mod:`serving.adapters.moves` and the version checks (verify, parity records)
-:mod:`serving.adapters.checks`, both mixed into :class:`AdapterStore`.
+:class:`AdapterStore` is composed: its objects are the door (:mod:`serving.adapters.objects`, the
+implementation its prefix's scheme picks: :mod:`serving.adapters.backends`); the ref documents and
+the versions' files are :class:`~serving.adapters.layout.Refs` and
+:class:`~serving.adapters.layout.Versions` over it; the alias moves (promote, rollback, canary,
+abort) are :class:`~serving.adapters.moves.AliasMoves` and the version checks (verify, parity
+records) :class:`~serving.adapters.checks.VersionChecks`, each given those two. This module keeps
+the reads, listing, push and remove, and hands the rest to its parts.
 
 Ray Serve LLM downloads ``{prefix}/{adapter_id}/``; the gateway resolves a user's
 ``base:name`` to ``base:name@version`` through ``_refs``, so a replica's cache is keyed by
@@ -35,14 +38,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from serving.adapters.backends import open_objects
 from serving.adapters.canary import check_weight
-from serving.adapters.checks import VersionChecks
-from serving.adapters.files import CONFIG, WEIGHTS, content_version, validate_adapter
+from serving.adapters.checks import VerifyReport, VersionChecks
+from serving.adapters.files import content_version, validate_adapter
+from serving.adapters.layout import Refs, Versions
 from serving.adapters.moves import AliasMoves
-from serving.adapters.parity import parity_of
+from serving.adapters.objects import PAGE, ObjectStore
+from serving.adapters.parity import ParityRecord, parity_of
 from serving.adapters.refs import (
     ADAPTER_NAME,
-    REFS,
     AdapterRef,
     AliasMove,
     check_name,
@@ -51,7 +56,6 @@ from serving.adapters.refs import (
     now,
     ref_of,
 )
-from serving.adapters.s3 import S3Bucket
 from serving.config import AdapterStoreSpec
 from serving.errors import (
     AdapterExists,
@@ -64,19 +68,25 @@ __all__ = ["AdapterStore"]
 log = logging.getLogger(__name__)
 
 
-class AdapterStore(AliasMoves, VersionChecks):
-    """Adapters under an S3 prefix. S3 failures become :class:`AdapterStoreUnavailable` (503),
-    never "not found", so a transient outage is not remembered as a missing adapter (``s3``: the
-    bucket, :class:`~serving.adapters.s3.S3Bucket`)."""
+def _doc_of(part_method: Callable) -> Callable:
+    """A delegating method keeps the docs of the part's method it hands the call to."""
+    def keep(method: Callable) -> Callable:
+        method.__doc__ = part_method.__doc__
+        return method
+    return keep
 
-    def __init__(self, spec: AdapterStoreSpec, client: Any | None = None):
+
+class AdapterStore:
+    """Adapters under a prefix. Store failures become :class:`AdapterStoreUnavailable` (503), never
+    "not found", so a transient outage is not remembered as a missing adapter (``objects``: the
+    door, :class:`~serving.adapters.objects.ObjectStore`)."""
+
+    def __init__(self, spec: AdapterStoreSpec, objects: ObjectStore | None = None):
         self.spec = spec
-        self.s3 = S3Bucket(spec, client)
-        self.bucket, self.root = spec.bucket, spec.key_prefix
-
-    @property
-    def client(self):
-        return self.s3.client
+        self.objects = open_objects(spec) if objects is None else objects
+        self.refs, self.versions = Refs(self.objects), Versions(self.objects)
+        self.moves = AliasMoves(self.refs, self.versions)
+        self.checks = VersionChecks(self.refs, self.versions)
 
     # -- reads ---------------------------------------------------------------------------
     def resolve(self, name: str) -> AdapterRef:
@@ -85,10 +95,7 @@ class AdapterStore(AliasMoves, VersionChecks):
         Raises:
             BadAdapterName, AdapterNotFound (404), AdapterStoreUnavailable (503).
         """
-        doc, _ = self._read_ref(name)
-        if doc is None:
-            raise AdapterNotFound(f"adapter {name!r} not found")  # no location: clients read it
-        return ref_of(name, doc)
+        return ref_of(name, self.refs.require(name))
 
     def resolve_version(self, name: str, version: str) -> AdapterRef:
         """An explicit version of ``name``, current or not, when its files are in the store.
@@ -98,54 +105,27 @@ class AdapterStore(AliasMoves, VersionChecks):
         """
         check_name(name)
         check_version(version)
-        self._require_version(name, version)
-        doc, _ = self._read_ref(name)
+        self.versions.require(name, version)
+        doc, _ = self.refs.read(name)
         move = next((m for m in history_of(doc) if m["version"] == version), None) if doc else None
         parity = parity_of(doc).get(version)
         return AdapterRef(name=name, version=version, base=(move or doc or {}).get("base"),
                           rank=(move or {}).get("rank"), pushed_at=(move or {}).get("at", ""),
                           parity={version: parity} if parity else None)
 
-    def _require_version(self, name: str, version: str) -> None:
-        try:
-            # adapter_config.json is written after the weights: its presence marks a complete upload.
-            self.s3.call("head_object", Key=f"{self.root}{name}@{version}/{CONFIG}")
-        except KeyError:
-            raise AdapterNotFound(f"adapter {name!r} has no version {version!r}") from None
-
-    def _read_ref(self, name: str) -> tuple[dict[str, Any] | None, str | None]:
-        """The ref document and its ETag, or (None, None) when the name is not published."""
-        return self.s3.read_json(self._ref_key(check_name(name)))
-
-    def _ref_key(self, name: str) -> str:
-        return f"{self.root}{REFS}/{name}.json"
-
     def list(self) -> list[AdapterRef]:
-        """Every published adapter, following S3 pagination (any number of adapters)."""
+        """Every published adapter, following the listing's pages (any number of adapters)."""
         refs: list[AdapterRef] = []
-        kwargs: dict[str, Any] = {"Prefix": f"{self.root}{REFS}/"}
-        while True:
-            page = self.s3.call("list_objects_v2", **kwargs)
-            for obj in page.get("Contents", []):
-                name = obj["Key"].rsplit("/", 1)[1].removesuffix(".json")
-                try:
-                    refs.append(self.resolve(name))
-                except (AdapterNotFound, BadAdapterName):  # removed meanwhile, or a stray key
-                    continue
-            if not page.get("IsTruncated"):
-                return sorted(refs, key=lambda r: r.name)
-            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        for name in self.refs.names():
+            try:
+                refs.append(self.resolve(name))
+            except (AdapterNotFound, BadAdapterName):  # removed meanwhile, or a stray key
+                continue
+        return sorted(refs, key=lambda r: r.name)
 
     def list_names(self) -> list[str]:
         """Adapter names only (one LIST call per 1000, no per-adapter reads)."""
-        names: list[str] = []
-        kwargs: dict[str, Any] = {"Prefix": f"{self.root}{REFS}/"}
-        while True:
-            page = self.s3.call("list_objects_v2", **kwargs)
-            names += [o["Key"].rsplit("/", 1)[1].removesuffix(".json") for o in page.get("Contents", [])]
-            if not page.get("IsTruncated"):
-                return sorted(n for n in names if ADAPTER_NAME.match(n))
-            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        return sorted(n for n in self.refs.names() if ADAPTER_NAME.match(n))
 
     def page_names(self, after: str | None = None, limit: int | None = 100,
                    keep: Callable[[str], bool] | None = None) -> tuple[list[str], bool]:
@@ -163,22 +143,14 @@ class AdapterStore(AliasMoves, VersionChecks):
         """
         if after:
             check_name(after)
-        max_keys = min(limit + 1, 1000) if limit is not None and keep is None else 1000
-        kwargs: dict[str, Any] = {"Prefix": f"{self.root}{REFS}/", "MaxKeys": max_keys}
-        if after:
-            kwargs["StartAfter"] = f"{self.root}{REFS}/{after}.json"
+        page_size = min(limit + 1, PAGE) if limit is not None and keep is None else PAGE
         names: list[str] = []
-        while True:
-            page = self.s3.call("list_objects_v2", **kwargs)
-            for obj in page.get("Contents", []):
-                name = obj["Key"].rsplit("/", 1)[1].removesuffix(".json")
-                if ADAPTER_NAME.match(name) and (keep is None or keep(name)):
-                    names.append(name)
-                if limit is not None and len(names) > limit:
-                    return names[:limit], True
-            if not page.get("IsTruncated"):
-                return names, False
-            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        for name in self.refs.names(after, page_size):
+            if ADAPTER_NAME.match(name) and (keep is None or keep(name)):
+                names.append(name)
+            if limit is not None and len(names) > limit:
+                return names[:limit], True
+        return names, False
 
     # -- writes --------------------------------------------------------------------------
     def push(self, folder: str | Path, name: str, *, base: str | None = None, base_source: str | None = None,
@@ -203,56 +175,81 @@ class AdapterStore(AliasMoves, VersionChecks):
         cfg = validate_adapter(folder, base_source=base_source, max_rank=max_rank, vision_tower=vision_tower)
         version = content_version(folder)
         if weight is not None:
-            if self._read_ref(name)[0] is None:
+            if self.refs.read(name)[0] is None:
                 raise AdapterNotFound(f"adapter {name!r} is not published yet: a canary needs a version served "
                                       "to split with (push it without a canary first)")
-            self._upload(folder, name, version)
+            self.versions.upload(folder, name, version)
             return self.canary(name, version, weight)
 
         def check(doc: dict[str, Any] | None) -> None:
             if doc is not None and doc["version"] != version and not force:
                 raise AdapterExists(f"adapter {name!r} exists (version {doc['version']}); push with force to replace it")
 
-        current, _ = self._read_ref(name)
+        current, _ = self.refs.read(name)
         check(current)
         if current is not None and current["version"] == version:
             return ref_of(name, current)
-        self._upload(folder, name, version)
+        self.versions.upload(folder, name, version)
         move = AliasMove(version=version, at=now(), action="push", base=base, rank=cfg["r"])
-        ref = self._move(name, move, check=check)
+        ref = self.moves.point(name, move, check=check)
         log.info("published adapter %s version %s", name, version)
         return ref
-
-    def _upload(self, folder: str | Path, name: str, version: str) -> None:
-        key = f"{self.root}{name}@{version}/"
-        self.s3.call("put_object", Key=key + WEIGHTS, Body=(Path(folder) / WEIGHTS).read_bytes())
-        self.s3.call("put_object", Key=key + CONFIG, Body=(Path(folder) / CONFIG).read_bytes())
-
-    def _update_ref(self, name: str, change) -> dict[str, Any]:
-        """Replace the ref with ``change(current document)`` in one conditional write
-        (:meth:`S3Bucket.replace_json`); ``change`` returns None to leave the ref as it is, and may
-        raise to refuse. Returns the document now in force."""
-        return self.s3.replace_json(self._ref_key(check_name(name)), change, f"adapter {name!r}")
 
     def remove(self, name: str) -> AdapterRef:
         """Unpublish ``name`` (ref first, so it disappears at once) and delete its versions."""
         ref = self.resolve(name)
-        self.s3.call("delete_object", Key=f"{self.root}{REFS}/{name}.json")
-        kwargs: dict[str, Any] = {"Prefix": f"{self.root}{name}@"}
-        while True:
-            page = self.s3.call("list_objects_v2", **kwargs)
-            for obj in page.get("Contents", []):
-                self.s3.call("delete_object", Key=obj["Key"])
-            if not page.get("IsTruncated"):
-                break
-            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        self.refs.delete(name)
+        self.versions.delete_all(name)
         return ref
 
     def ensure_bucket(self) -> None:
-        """Create the bucket if missing (local S3 servers start empty)."""
-        from botocore.exceptions import ClientError
+        """Create the bucket (the folder) if missing (local S3 servers start empty)."""
+        self.objects.ensure_bucket()
 
-        try:
-            self.client.head_bucket(Bucket=self.bucket)
-        except ClientError:
-            self.client.create_bucket(Bucket=self.bucket)
+    def download_version(self, name: str, version: str, dest: str | Path, *, hashed: bool = True) -> str | None:
+        """The store's one download of a version: its two files into ``dest``, streamed and hashed as
+        they arrive (what an LLM replica loads); returns their content version (None when not
+        ``hashed``), which the caller compares with ``version``.
+
+        Raises:
+            AdapterLoadFailed: a file is missing from the store.
+            AdapterStoreUnavailable (503): the store failed or went away mid-transfer.
+        """
+        return self.versions.download(name, version, dest, hashed=hashed)
+
+    # -- the alias moves (serving.adapters.moves) and version checks (serving.adapters.checks) --------
+    @_doc_of(AliasMoves.history)
+    def history(self, name: str) -> list[AliasMove]:
+        return self.moves.history(name)
+
+    @_doc_of(AliasMoves.promote)
+    def promote(self, name: str, version: str | None = None, *, force: bool = False) -> AdapterRef:
+        return self.moves.promote(name, version, force=force)
+
+    @_doc_of(AliasMoves.rollback)
+    def rollback(self, name: str) -> AdapterRef:
+        return self.moves.rollback(name)
+
+    @_doc_of(AliasMoves.canary)
+    def canary(self, name: str, version: str, weight: float) -> AdapterRef:
+        return self.moves.canary(name, version, weight)
+
+    @_doc_of(AliasMoves.abort_canary)
+    def abort_canary(self, name: str) -> AdapterRef:
+        return self.moves.abort_canary(name)
+
+    @_doc_of(VersionChecks.verify)
+    def verify(self, name: str, version: str | None = None, *, check: bool = True) -> VerifyReport:
+        return self.checks.verify(name, version, check=check)
+
+    @_doc_of(VersionChecks.fetch)
+    def fetch(self, name: str, version: str, dest: str | Path) -> Path:
+        return self.checks.fetch(name, version, dest)
+
+    @_doc_of(VersionChecks.record_parity)
+    def record_parity(self, name: str, version: str, result: dict[str, Any] | ParityRecord) -> ParityRecord:
+        return self.checks.record_parity(name, version, result)
+
+    @_doc_of(VersionChecks.parity)
+    def parity(self, name: str) -> dict[str, ParityRecord]:
+        return self.checks.parity(name)

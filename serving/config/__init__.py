@@ -102,7 +102,8 @@ class BaseModelSpec(SectionModel):
 class AdapterStoreSpec(SectionModel):
     """Where LoRA adapters live."""
 
-    prefix: str = Field(description="s3://bucket/prefix holding one folder per adapter version")
+    prefix: str = Field(description="s3://bucket/prefix holding one folder per adapter version (or file:///folder: a "
+                                    "local folder, for the store's tools and tests; serving reads S3)")
     endpoint_url: str | None = Field(None, description="S3 endpoint (a local S3 server); None: AWS")
     region: str = Field("us-east-1", description="S3 region")
     resolve_ttl_s: float = Field(
@@ -117,16 +118,18 @@ class AdapterStoreSpec(SectionModel):
     @field_validator("prefix")
     @classmethod
     def _prefix(cls, v: str) -> str:
-        if not re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,62}(/[^\s]*)?", v):
+        if not re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,62}(/[^\s]*)?|file:///[^\s]*[^\s/][^\s]*", v):
             raise ValueError(f"adapter prefix must look like s3://bucket/prefix, got {v!r}")
         return v.rstrip("/")
 
     @property
     def bucket(self) -> str:
+        """The S3 bucket (of an ``s3://`` prefix)."""
         return self.prefix[5:].split("/", 1)[0]
 
     @property
     def key_prefix(self) -> str:
+        """The keys' prefix in the bucket (of an ``s3://`` prefix), ending in ``/`` unless empty."""
         rest = self.prefix[5:].split("/", 1)
         return rest[1] + "/" if len(rest) > 1 and rest[1] else ""
 

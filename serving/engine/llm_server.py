@@ -5,9 +5,10 @@ Serve LLM 2.60's loader:
 
 * a download is verified before vLLM sees it (both files present, config is JSON, the weights
   parse as safetensors with LoRA tensors, and the files hash to the version they were fetched as:
-  the loader streams them from S3 itself and hashes the bytes as they arrive, so the check costs no
-  second read); Ray only logs per-file failures, so a partial, corrupt or overwritten adapter could
-  reach the engine. A failed check deletes the folder (so a retry downloads again) and raises
+  the loader streams them from the store itself (:meth:`AdapterStore.download_version
+  <serving.adapters.AdapterStore.download_version>`) and hashes the bytes as they arrive, so the
+  check costs no second read); Ray only logs per-file failures, so a partial, corrupt or overwritten
+  adapter could reach the engine. A failed check deletes the folder (so a retry downloads again) and raises
   :class:`~serving.errors.AdapterLoadFailed` (:class:`~serving.errors.AdapterIntegrityError` for a
   hash that is not the version's);
 * when vLLM registers an adapter, the engine's worker reports which of its modules it applied
@@ -40,25 +41,21 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import os
 import shutil
 import time
 
-from botocore.exceptions import BotoCoreError
 from ray import serve
 from ray.llm._internal.serve.core.server.llm_server import LLMServer
 from ray.llm._internal.serve.utils.lora_serve_utils import LoraMirrorConfig, LoraModelLoader
 from ray.serve.multiplex import _ModelMultiplexWrapper
 
-from serving.adapters import ModelId, S3Bucket, download_version, verify_adapter_folder
-from serving.config import AdapterStoreSpec
+from serving.adapters import AdapterStore, ModelId, spec_from_env, verify_adapter_folder
 from serving.engine import cpu_affinity, replica_timing
 from serving.engine.lora_coverage import module_count, refusal, take_report
 from serving.errors import (
     AdapterIntegrityError,
     AdapterLoadFailed,
     AdapterNotApplied,
-    AdapterStoreUnavailable,
     ServingError,
 )
 from serving.metrics import metric
@@ -92,24 +89,23 @@ class VerifiedLoraLoader(LoraModelLoader):
 
         path = self._model_dir_path(lora_mirror_config.lora_model_id)
         store_prefix, _, folder = lora_mirror_config.bucket_uri.rstrip("/").rpartition("/")
-        bucket = self._bucket(store_prefix)
+        adapter = ModelId.adapter(folder, check=False)
+        store = self._store(store_prefix)
         with FileLock(path + ".lock", timeout=self.download_timeout_s or -1):
-            actual = download_version(bucket, f"{bucket.spec.key_prefix}{folder}/", path)
+            actual = store.download_version(adapter.name, adapter.version or "", path)
         return path, actual
 
-    def _bucket(self, prefix: str) -> S3Bucket:
-        """The store's bucket, one S3 client per loader (making a client costs more than a small download)."""
-        buckets = self.__dict__.setdefault("_buckets", {})
-        if prefix not in buckets:
-            spec = AdapterStoreSpec(prefix=prefix, endpoint_url=os.environ.get("AWS_ENDPOINT_URL_S3"),
-                                    region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
-            buckets[prefix] = S3Bucket(spec)
-        return buckets[prefix]
+    def _store(self, prefix: str) -> AdapterStore:
+        """The adapter store, one per loader (its S3 client costs more to make than a small download)."""
+        stores = self.__dict__.setdefault("_stores", {})
+        if prefix not in stores:
+            stores[prefix] = AdapterStore(spec_from_env(prefix))
+        return stores[prefix]
 
     def _download_lora(self, lora_mirror_config: LoraMirrorConfig) -> str:
         lora_id = ModelId.parse(lora_mirror_config.lora_model_id).adapter_part
         start = time.perf_counter()
-        try:
+        try:  # S3 down or gone mid-transfer: the store's retryable 503, naming no endpoint (its cause does)
             path, actual = self._fetch(lora_mirror_config)
         except OSError as exc:
             if exc.errno != errno.ENOSPC and "No space left" not in str(exc):
@@ -118,11 +114,6 @@ class VerifiedLoraLoader(LoraModelLoader):
             log.error("no space left in the adapter cache %s for %s: %s", self.lora_root, lora_id, exc)
             raise AdapterLoadFailed(f"adapter {lora_id!r} could not be loaded: this replica's adapter cache disk "
                                     "is full (no space left on device); free space there, then retry") from None
-        except BotoCoreError as exc:
-            # S3 down: a retryable 503 like the resolver's; botocore's text names the endpoint, so it stays in the log.
-            log.warning("adapter %s could not be downloaded: %s", lora_id, exc)
-            raise AdapterStoreUnavailable(f"adapter {lora_id!r} could not be downloaded: S3 unreachable "
-                                          f"({type(exc).__name__}); try again in a few seconds") from None
         try:
             verify_adapter_folder(path)
             checked = time.perf_counter()

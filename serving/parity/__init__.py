@@ -16,7 +16,6 @@ from serving.parity.measure import (
     check_served,
     compare,
     difference,
-    download_version,
     measure,
     measure_and_record,
     served_top_logprobs,
@@ -24,5 +23,5 @@ from serving.parity.measure import (
 from serving.parity.reference import reference_available, reference_top_logprobs
 
 __all__ = ["FRAMES_FILE", "SAME_AS_BASE", "TOLERANCE", "Gateway", "ParityError", "check_served", "compare", "difference",
-           "download_version", "measure", "measure_and_record", "parity_frames", "reference_available",
-           "reference_top_logprobs", "served_top_logprobs"]
+           "measure", "measure_and_record", "parity_frames", "reference_available", "reference_top_logprobs",
+           "served_top_logprobs"]

@@ -17,20 +17,14 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 
-from serving.adapters import CONFIG, WEIGHTS, AdapterStore, ModelId, ParityRecord, inspect_adapter
+from serving.adapters import AdapterStore, ModelId, ParityRecord, inspect_adapter, now
 from serving.config import ServingConfig
 from serving.parity.frames import parity_frames
 from serving.parity.reference import TopK, reference_available, reference_top_logprobs
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
 
 TOLERANCE = 0.02  # per top-5 logprob: a float32 CPU engine against float32 HF
 SAME_AS_BASE = 1e-3  # below this everywhere, the served adapter is the base
@@ -97,22 +91,13 @@ def _adapter_is_nonzero(folder: Path) -> bool:
     return bool(inspect_adapter(folder, base_source=None).trained)
 
 
-def download_version(store: AdapterStore, name: str, version: str, dest: Path) -> Path:
-    """The version's two files from the store into ``dest`` (checked against the version first)."""
-    store.verify(name, version)
-    dest.mkdir(parents=True, exist_ok=True)
-    for fname in (CONFIG, WEIGHTS):
-        body = store.s3.call("get_object", Key=f"{store.root}{name}@{version}/{fname}")["Body"].read()
-        (dest / fname).write_bytes(body)
-    return dest
-
-
 def measure(store: AdapterStore, gateway: Gateway, base: str, base_folder: str | Path, name: str,
             version: str) -> ParityRecord:
     """Measure ``base:name@version`` as served against its reference and the base (see the module)."""
     frames = list(parity_frames())
     with tempfile.TemporaryDirectory(prefix="parity-") as tmp:
-        folder = download_version(store, name, version, Path(tmp) / f"{name}@{version}")
+        # The store's one download (streamed, hashed: files that are not the version are refused).
+        folder = store.fetch(name, version, Path(tmp) / ModelId(None, name, version).folder)
         served = served_top_logprobs(gateway, str(ModelId(base, name, version)), frames)
         base_served = served_top_logprobs(gateway, base, frames)
         moved, _ = compare(served, base_served)
@@ -156,5 +141,5 @@ def check_served(cfg: ServingConfig, gateway: Gateway, name: str, version: str |
     return version, (store.record_parity(name, version, result) if record else result)
 
 
-__all__ = ["SAME_AS_BASE", "TOLERANCE", "Gateway", "ParityError", "check_served", "compare", "difference", "download_version",
-           "measure", "measure_and_record", "served_top_logprobs"]
+__all__ = ["SAME_AS_BASE", "TOLERANCE", "Gateway", "ParityError", "check_served", "compare", "difference", "measure",
+           "measure_and_record", "served_top_logprobs"]

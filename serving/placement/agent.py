@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 
-from serving.adapters import AdapterStore, ModelId
-from serving.config import AdapterStoreSpec
+from serving.adapters import AdapterStore, ModelId, spec_from_env
 from serving.errors import ServingError
 from serving.metrics import metric
 from serving.placement.pins import PIN_REFRESH_S, REPORT_INTERVAL_S, PlacementStore
@@ -27,10 +25,7 @@ TICK_S = 1.0
 
 
 def _store(server: Replica) -> PlacementStore:
-    spec = AdapterStoreSpec(prefix=server.adapter_path,
-                            endpoint_url=os.environ.get("AWS_ENDPOINT_URL_S3") or None,
-                            region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
-    return PlacementStore(AdapterStore(spec))
+    return PlacementStore(AdapterStore(spec_from_env(server.adapter_path)))
 
 
 def _identity() -> tuple[str, str]:

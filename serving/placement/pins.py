@@ -20,10 +20,9 @@ belongs to a replica that stopped reporting (lost with its node) and is shown as
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Any
 
-from serving.adapters import AdapterStore, ModelId, check_name
+from serving.adapters import AdapterStore, ModelId, check_name, now
 from serving.errors import NotPinned, TooManyPins
 
 PLACEMENT = "_placement"
@@ -32,29 +31,24 @@ REPORT_INTERVAL_S = 30.0  # a replica's report is rewritten at least this often 
 REPORT_STALE_S = 120.0
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
 class PlacementStore:
-    """Pins and replica reports in the adapter store's bucket (S3 errors as the store maps them)."""
+    """Pins and replica reports beside the adapter store's refs, through its door scoped to
+    ``_placement/`` (store failures as the door maps them)."""
 
     def __init__(self, store: AdapterStore):
         self.store = store
-
-    def _key(self, rest: str) -> str:
-        return f"{self.store.root}{PLACEMENT}/{rest}"
+        self.objects = store.objects.scoped(f"{PLACEMENT}/")
 
     # -- pins ------------------------------------------------------------------------------
     def pins(self) -> dict[str, dict[str, Any]]:
         """Pinned names -> when they were pinned."""
-        doc, _ = self.store.s3.read_json(self._key("pins.json"))
+        doc, _ = self.objects.read_json("pins.json")
         return dict((doc or {}).get("pins", {}))
 
     def _update_pins(self, change) -> dict[str, dict[str, Any]]:
         """Replace the pins with ``change(pins)`` in one conditional write, as a ref is replaced."""
-        doc = self.store.s3.replace_json(self._key("pins.json"),
-                                         lambda doc: {"pins": change(dict((doc or {}).get("pins", {})))}, "the pins")
+        doc = self.objects.replace_json("pins.json", lambda doc: {"pins": change(dict((doc or {}).get("pins", {})))},
+                                        "the pins")
         return doc["pins"]
 
     def pin(self, name: str, slots: int) -> dict[str, dict[str, Any]]:
@@ -66,7 +60,7 @@ class PlacementStore:
                 raise TooManyPins(f"cannot pin {name!r}: {len(pins)} of the {slots} adapter slots per replica are "
                                   f"pinned ({', '.join(sorted(pins))}) and one must stay free for the others; "
                                   "unpin one or raise lora.adapters_per_replica")
-            return {**pins, name: pins.get(name, {"at": _now()})}
+            return {**pins, name: pins.get(name, {"at": now()})}
 
         return self._update_pins(change)
 
@@ -82,26 +76,20 @@ class PlacementStore:
 
     # -- replica reports -------------------------------------------------------------------
     def write_report(self, replica: str, report: dict[str, Any]) -> None:
-        self.store.s3.put_json(self._key(f"replicas/{replica}.json"),
-                               {**report, "replica": replica, "updated_at": time.time()})
+        self.objects.put_json(f"replicas/{replica}.json", {**report, "replica": replica, "updated_at": time.time()})
 
     def remove_report(self, replica: str) -> None:
-        self.store.s3.call("delete_object", Key=self._key(f"replicas/{replica}.json"))
+        self.objects.delete(f"replicas/{replica}.json")
 
     def reports(self, now: float | None = None) -> list[dict[str, Any]]:
         """Every replica's latest report, with ``stale`` set on those older than REPORT_STALE_S."""
         now = time.time() if now is None else now
-        out, token = [], None
-        while True:
-            page = self.store.s3.call("list_objects_v2", Prefix=self._key("replicas/"),
-                                    **({"ContinuationToken": token} if token else {}))
-            for obj in page.get("Contents", []):
-                doc, _ = self.store.s3.read_json(obj["Key"])
-                if doc is not None:
-                    out.append({**doc, "stale": now - float(doc.get("updated_at", 0)) > REPORT_STALE_S})
-            token = page.get("NextContinuationToken")
-            if not token:
-                return sorted(out, key=lambda d: (d.get("node", ""), d["replica"]))
+        out = []
+        for key in self.objects.list("replicas/"):
+            doc, _ = self.objects.read_json(key)
+            if doc is not None:
+                out.append({**doc, "stale": now - float(doc.get("updated_at", 0)) > REPORT_STALE_S})
+        return sorted(out, key=lambda d: (d.get("node", ""), d["replica"]))
 
 
 def where_rows(reports: list[dict[str, Any]], pins: dict[str, Any], now: float | None = None) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""Serving fixtures: a real local S3 server (moto_server on 127.0.0.1) and adapter folders."""
+"""Serving fixtures: a real local S3 server (moto_server on 127.0.0.1), the adapter store on it and in a
+local folder, and adapter folders."""
 
 from __future__ import annotations
 
@@ -34,13 +35,19 @@ def monkeypatch_session():
     mp.undo()
 
 
-@pytest.fixture
-def store(s3_server):
-    """An empty adapter store in a bucket of its own on the session's S3 server."""
+@pytest.fixture(params=["s3", "local"])
+def store(request, tmp_path):
+    """An empty adapter store, once in a bucket of its own on the session's S3 server and once in a
+    local folder (``file://``): the store's tests run against both implementations of its door."""
     from serving.adapters import AdapterStore
     from serving.config import AdapterStoreSpec
 
-    s = AdapterStore(AdapterStoreSpec(prefix=f"s3://store-{uuid.uuid4().hex[:8]}/lora", endpoint_url=s3_server.url))
+    bucket = f"store-{uuid.uuid4().hex[:8]}"
+    if request.param == "s3":
+        spec = AdapterStoreSpec(prefix=f"s3://{bucket}/lora", endpoint_url=request.getfixturevalue("s3_server").url)
+    else:
+        spec = AdapterStoreSpec(prefix=f"file://{tmp_path / bucket}/lora")
+    s = AdapterStore(spec)
     s.ensure_bucket()
     return s
 

@@ -1,5 +1,5 @@
-"""A real local S3 server (moto_server on 127.0.0.1, restartable on its port to test outages) and
-small, well-formed peft LoRA folders: what the adapter-store tests publish."""
+"""A real local S3 server (moto_server on 127.0.0.1, restartable on its port to test outages), every
+key of a store's bucket, and small, well-formed peft LoRA folders: what the adapter-store tests publish."""
 
 from __future__ import annotations
 
@@ -42,6 +42,15 @@ class S3Server:
             self.proc.terminate()
             self.proc.wait(timeout=10)
             self.proc = None
+
+
+def bucket_keys(store) -> list[str]:
+    """Every key in the store's bucket (an S3 bucket, or a local store's folder's parent), read through
+    the door: the store's own prefix (``lora/``) shows in them, so they show the layout as stored."""
+    from serving.adapters import open_objects
+
+    outer = store.spec.model_copy(update={"prefix": store.spec.prefix.rsplit("/", 1)[0]})
+    return list(open_objects(outer).list())
 
 
 def make_adapter(folder: Path, *, rank: int = 8, base: str = "maze-tiny", seed: int = 0, hidden: int = 32) -> Path:

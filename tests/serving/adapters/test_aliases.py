@@ -1,5 +1,6 @@
-"""Adapter aliases against a real local S3 server: promote, rollback, history, explicit versions,
-and the conditional write that keeps concurrent moves from losing updates."""
+"""Adapter aliases against a real local S3 server and in a local folder (the store fixture runs each test
+on both): promote, rollback, history, explicit versions, and the conditional write that keeps
+concurrent moves from losing updates."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 
 import pytest
 
-from serving.adapters import AdapterStore, ModelId
+from serving.adapters import AdapterStore, ModelId, ObjectChanged
 from serving.errors import AdapterNotFound, AdapterRefConflict, BadAdapterName, NoRollbackTarget
 
 from tests.support.adapter_store import make_adapter
@@ -86,9 +87,8 @@ def test_explicit_versions_resolve_whatever_the_alias_points_at(store, two_versi
 
 def test_ref_written_without_history_counts_as_one_push(store, tmp_path):
     ref = store.push(make_adapter(tmp_path / "old", seed=4), "legacy")
-    key = f"{store.root}_refs/legacy.json"
     legacy = {"version": ref.version, "base": None, "rank": 8, "pushed_at": "2026-01-01T00:00:00+00:00"}
-    store.client.put_object(Bucket=store.bucket, Key=key, Body=json.dumps(legacy).encode())
+    store.objects.put(store.refs.key("legacy"), json.dumps(legacy).encode())
     assert [(m.version, m.action, m.at) for m in store.history("legacy")] == [(ref.version, "push", legacy["pushed_at"])]
     new = store.push(make_adapter(tmp_path / "new", seed=5), "legacy", force=True)
     assert store.rollback("legacy").version == ref.version
@@ -98,12 +98,12 @@ def test_ref_written_without_history_counts_as_one_push(store, tmp_path):
 def test_ref_write_is_conditional_on_the_etag_it_read(store, two_versions):
     """A writer that read the ref before another writer moved it must not overwrite that move."""
     v1, _ = two_versions
-    _, stale_etag = store._read_ref("agent")
+    _, stale_etag = store.refs.read("agent")
     store.promote("agent", v1.version)
-    with pytest.raises(Exception, match="PreconditionFailed|412"):
-        store.client.put_object(Bucket=store.bucket, Key=f"{store.root}_refs/agent.json", Body=b"{}", IfMatch=stale_etag)
-    with pytest.raises(Exception, match="PreconditionFailed|412"):
-        store.client.put_object(Bucket=store.bucket, Key=f"{store.root}_refs/agent.json", Body=b"{}", IfNoneMatch="*")
+    with pytest.raises(ObjectChanged):
+        store.objects.put(store.refs.key("agent"), b"{}", if_match=stale_etag)
+    with pytest.raises(ObjectChanged):
+        store.objects.put(store.refs.key("agent"), b"{}", if_none_match=True)
     assert store.resolve("agent").version == v1.version
 
 

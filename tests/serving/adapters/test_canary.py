@@ -1,5 +1,6 @@
 """Canary splits: the pure split (determinism, weights, edges, ramps), the canary in the adapter
-store's ref (a real local S3 server) and the `maze-serve adapters canary/promote/abort` commands."""
+store's ref (a real local S3 server and a local folder) and the `maze-serve adapters
+canary/promote/abort` commands."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def test_canary_lives_in_the_ref_with_its_history(store, versions):
     moves = store.history("agent")
     assert [(m.version, m.action, m.weight) for m in moves[:3]] == [(v2, "canary", 50), (v2, "canary", 10),
                                                                     (v1, "promote", None)]
-    doc = json.loads(store.client.get_object(Bucket=store.bucket, Key=f"{store.root}_refs/agent.json")["Body"].read())
+    doc, _ = store.refs.read("agent")
     assert doc["version"] == v1 and doc["canary"]["version"] == v2  # one object: the split and its history
 
 

@@ -1,5 +1,6 @@
-"""A published version's checks against a real local S3 server: its stored files re-hashed
-(``verify``), and parity records in the ref (``record_parity``) gating ``promote``."""
+"""A published version's checks against a real local S3 server and in a local folder (the store fixture
+runs each test on both): its stored files re-hashed (``verify``), and parity records in the ref
+(``record_parity``) gating ``promote``."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def two_versions(store, tmp_path):
 
 
 def _overwrite(store, name: str, version: str, fname: str, body: bytes) -> None:
-    store.client.put_object(Bucket=store.bucket, Key=f"{store.root}{name}@{version}/{fname}", Body=body)
+    store.objects.put(store.versions.key(name, version, fname), body)
 
 
 # -- verify -----------------------------------------------------------------------------------------
@@ -62,8 +63,7 @@ def test_verify_names_weights_overwritten_after_publishing(store, two_versions, 
 
 def test_verify_names_a_config_overwritten_after_publishing(store, two_versions):
     v1, _ = two_versions
-    config = json.loads((store.client.get_object(Bucket=store.bucket, Key=f"lora/agent@{v1}/adapter_config.json")
-                         ["Body"].read()))
+    config = json.loads(store.versions.read("agent", v1, "adapter_config.json"))
     _overwrite(store, "agent", v1, "adapter_config.json", json.dumps({**config, "lora_alpha": 99}).encode())
     with pytest.raises(AdapterIntegrityError, match=f"not to version {v1}: they changed after publishing"):
         store.verify("agent", v1)
@@ -71,7 +71,7 @@ def test_verify_names_a_config_overwritten_after_publishing(store, two_versions)
 
 def test_verify_missing_weights_and_unknown_versions(store, two_versions):
     v1, _ = two_versions
-    store.client.delete_object(Bucket=store.bucket, Key=f"lora/agent@{v1}/adapter_model.safetensors")
+    store.objects.delete(store.versions.key("agent", v1, "adapter_model.safetensors"))
     with pytest.raises(AdapterIntegrityError, match="adapter_model.safetensors is missing"):
         store.verify("agent", v1)
     with pytest.raises(AdapterNotFound, match="no version"):
@@ -90,7 +90,7 @@ def test_record_parity_lands_in_the_ref_per_version(store, two_versions):
     assert record == ParityRecord(ok=True, frames=64, max_abs_diff=0.004, reference="hf+peft", at=record.at,
                                   detail="64 frames within 0.01") and record.at
     store.record_parity("agent", v1, FAILED)
-    doc = json.loads(store.client.get_object(Bucket=store.bucket, Key="lora/_refs/agent.json")["Body"].read())
+    doc, _ = store.refs.read("agent")
     assert set(doc["parity"]) == {v1, v2} and "per_frame" not in doc["parity"][v2]
     assert store.resolve("agent").parity == {v2: record}  # the ref shows the versions it serves
     assert store.resolve_version("agent", v1).parity[v1].ok is False

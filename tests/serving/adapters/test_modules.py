@@ -13,7 +13,7 @@ from serving.adapters import AdapterModules, check_servable, inspect_adapter, un
 from serving.adapters.modules import LANGUAGE_MODEL, UNMATCHED, VISION_MERGER, VISION_TOWER
 from serving.config import REPO_ROOT
 from serving.errors import AdapterInvalid, AdapterNotServable
-from tests.support.adapter_store import make_adapter
+from tests.support.adapter_store import bucket_keys, make_adapter
 from tests.support.peft_adapters import build_adapter
 
 BASE = "models/maze-tiny"
@@ -174,7 +174,7 @@ def test_rank_pattern_counts_toward_the_rank_limit(tmp_path):
 def test_push_refuses_before_uploading_anything(store, adapters):
     with pytest.raises(AdapterNotServable, match="vision tower"):
         store.push(adapters["tower"], "tower-lora", base="maze-tiny", base_source=BASE)
-    assert "Contents" not in store.client.list_objects_v2(Bucket=store.bucket)
+    assert bucket_keys(store) == []
     ref = store.push(adapters["tower"], "tower-lora", base="maze-tiny", base_source=BASE, vision_tower=True)
     assert store.resolve("tower-lora").version == ref.version
 

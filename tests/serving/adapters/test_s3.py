@@ -1,10 +1,11 @@
-"""serving.adapters.s3: the S3 client environment of a config (pure), and its export into this process."""
+"""serving.adapters.s3: the S3 client environment of a config (pure), its export into this process, and the
+store settings read back from it (spec_from_env)."""
 
 from __future__ import annotations
 
 import os
 
-from serving.adapters import LOCAL_S3_CREDENTIALS, export_s3_env, s3_env
+from serving.adapters import LOCAL_S3_CREDENTIALS, export_s3_env, s3_env, spec_from_env
 from serving.config import ServingConfig
 
 
@@ -34,3 +35,15 @@ def test_export_sets_what_is_missing_and_keeps_what_is_set(monkeypatch):
     assert os.environ["AWS_ACCESS_KEY_ID"] == env["AWS_ACCESS_KEY_ID"] == "mine"
     assert os.environ["AWS_SECRET_ACCESS_KEY"] == LOCAL_S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]
     assert os.environ["AWS_ENDPOINT_URL_S3"] == "http://localhost:9000"
+
+
+def test_spec_from_env_is_the_store_a_replica_sees(monkeypatch):
+    """An LLM replica knows only the store's prefix and the environment the app builder gave it (s3_env)."""
+    for key, value in s3_env(_cfg("http://127.0.0.1:9000")).items():
+        monkeypatch.setenv(key, value)
+    spec = spec_from_env("s3://adapters/lora")
+    assert (spec.prefix, spec.endpoint_url, spec.region) == ("s3://adapters/lora", "http://127.0.0.1:9000", "us-east-1")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    bare = spec_from_env("s3://adapters/lora")
+    assert (bare.endpoint_url, bare.region) == (None, "us-east-1")  # real S3, the default region

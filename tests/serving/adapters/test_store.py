@@ -1,4 +1,5 @@
-"""The S3 adapter store against a real local S3 server: validation, atomic versioned push."""
+"""The adapter store against a real local S3 server and in a local folder (the same tests, through either
+implementation of its door): validation, atomic versioned push."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import json
 import pytest
 
 from serving.adapters import AdapterStore, check_name, content_version, validate_adapter
-from serving.config import AdapterStoreSpec, ServingConfig
+from serving.config import AdapterStoreSpec
 from serving.errors import AdapterExists, AdapterInvalid, AdapterNotFound, AdapterStoreUnavailable, BadAdapterName
 
-from tests.support.adapter_store import make_adapter
+from tests.support.adapter_store import bucket_keys, make_adapter
 
 
 def test_push_resolve_list_remove(store, tmp_path):
@@ -18,7 +19,7 @@ def test_push_resolve_list_remove(store, tmp_path):
     ref = store.push(a, "maze-grpo", base="maze-tiny")
     assert ref.version == content_version(a) and ref.rank == 8
     assert store.resolve("maze-grpo") == ref
-    keys = sorted(o["Key"] for o in store.client.list_objects_v2(Bucket=store.bucket)["Contents"])
+    keys = bucket_keys(store)
     assert keys == ["lora/_refs/maze-grpo.json", f"lora/maze-grpo@{ref.version}/adapter_config.json",
                     f"lora/maze-grpo@{ref.version}/adapter_model.safetensors"]
     assert [r.name for r in store.list()] == ["maze-grpo"]
@@ -27,7 +28,7 @@ def test_push_resolve_list_remove(store, tmp_path):
     with pytest.raises(AdapterNotFound, match="maze-grpo") as missing:
         store.resolve("maze-grpo")
     assert str(missing.value) == "adapter 'maze-grpo' not found"  # clients read it: no s3:// location
-    assert store.list() == [] and "Contents" not in store.client.list_objects_v2(Bucket=store.bucket)
+    assert store.list() == [] and bucket_keys(store) == []
 
 
 def test_changed_adapter_is_refused_then_forced_to_a_new_version(store, tmp_path):
@@ -42,7 +43,7 @@ def test_listing_paginates_past_1000(store):
     # Refs are tiny objects; write 1005 directly to exercise S3 pagination (1000 keys a page).
     body = json.dumps({"version": "abc", "base": None, "rank": 8, "pushed_at": "now"}).encode()
     for i in range(1005):
-        store.client.put_object(Bucket=store.bucket, Key=f"lora/_refs/ad{i:04d}.json", Body=body)
+        store.objects.put(store.refs.key(f"ad{i:04d}"), body)
     names = store.list_names()
     assert len(names) == 1005 and names[0] == "ad0000" and names[-1] == "ad1004"
 
@@ -81,7 +82,7 @@ def test_validation_names_the_problem(tmp_path):
 def test_invalid_adapter_uploads_nothing(store, tmp_path):
     with pytest.raises(AdapterInvalid):
         store.push(make_adapter(tmp_path / "big", rank=64), "big")
-    assert "Contents" not in store.client.list_objects_v2(Bucket=store.bucket)
+    assert bucket_keys(store) == []
 
 
 def test_s3_down_is_unavailable_not_missing(s3_server, tmp_path):
@@ -93,11 +94,7 @@ def test_s3_down_is_unavailable_not_missing(s3_server, tmp_path):
         store.list()
 
 
-def test_page_names(s3_server, tmp_path):
-    spec = ServingConfig.shipped("embedded").adapters.model_copy(
-        update={"endpoint_url": s3_server.url, "prefix": "s3://page-test/p"})
-    store = AdapterStore(spec)
-    store.ensure_bucket()
+def test_page_names(store, tmp_path):
     folder = make_adapter(tmp_path / "a")
     for name in ("a1", "a2", "a3"):
         store.push(folder, name)

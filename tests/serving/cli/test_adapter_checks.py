@@ -37,8 +37,8 @@ def cli(s3_server, tmp_path):
     return run, store, content_version(a), content_version(b)
 
 
-def _overwrite(store, key: str, body: bytes) -> None:
-    store.client.put_object(Bucket=store.bucket, Key=f"{store.root}{key}", Body=body)
+def _overwrite(store, name: str, version: str, fname: str, body: bytes) -> None:
+    store.objects.put(store.versions.key(name, version, fname), body)
 
 
 def test_verify_ok_and_mismatches(cli, tmp_path):
@@ -50,7 +50,7 @@ def test_verify_ok_and_mismatches(cli, tmp_path):
     report = json.loads(run("verify", f"agent@{v1}", "--json").stdout)
     assert report["ok"] is True and report["version"] == report["actual"] == v1
 
-    _overwrite(store, f"agent@{v2}/adapter_model.safetensors", b"not the published weights")
+    _overwrite(store, "agent", v2, "adapter_model.safetensors", b"not the published weights")
     bad = run("verify", "agent")
     assert bad.exit_code == 2 and "Traceback" not in bad.output
     assert bad.stderr.startswith(f"error: adapter agent@{v2}: the stored files hash to ")
@@ -59,7 +59,7 @@ def test_verify_ok_and_mismatches(cli, tmp_path):
     assert as_json.exit_code == 2 and json.loads(as_json.stdout)["exit_code"] == 2
     assert "changed after publishing" in json.loads(as_json.stdout)["error"]
 
-    _overwrite(store, f"agent@{v1}/adapter_config.json", b'{"peft_type": "LORA", "r": 8}')
+    _overwrite(store, "agent", v1, "adapter_config.json", b'{"peft_type": "LORA", "r": 8}')
     config = run("verify", f"agent@{v1}")
     assert config.exit_code == 2 and f"not to version {v1}: they changed after publishing" in config.stderr
 
@@ -144,7 +144,7 @@ def test_gateway_routes_verify_parity_and_forced_promote(gateway, tmp_path):
         client.promote("agent", v1)
     ref = client.promote("agent", v1, force=True)
     assert ref.version == v1 and ref.parity[v1].ok is False
-    _overwrite(store, f"agent@{v1}/adapter_model.safetensors", b"changed")
+    _overwrite(store, "agent", v1, "adapter_model.safetensors", b"changed")
     with pytest.raises(AdapterIntegrityError, match="changed after publishing"):
         client.verify("agent")
     with pytest.raises(AdapterNotFound):

@@ -13,7 +13,7 @@ import base64
 import openai
 import pytest
 
-from serving.adapters import CONFIG, WEIGHTS, AliasMove, content_version
+from serving.adapters import WEIGHTS, AliasMove, content_version
 from serving.adapters.refs import now
 from tests.support.gateway_stack import image_messages, png_url
 from tests.support.peft_adapters import build_adapter, hf_first_logprobs
@@ -58,10 +58,8 @@ def _publish_unchecked(stack, folder, name: str) -> str:
     """Write ``folder`` as a version of ``name`` straight into the store (no publish-time checks)."""
     store = stack.store
     version = content_version(folder)
-    key = f"{store.root}{name}@{version}/"
-    store.s3.call("put_object", Key=key + WEIGHTS, Body=(folder / WEIGHTS).read_bytes())
-    store.s3.call("put_object", Key=key + CONFIG, Body=(folder / CONFIG).read_bytes())
-    store._move(name, AliasMove(version=version, at=now(), action="push", base=stack.base, rank=8))
+    store.versions.upload(folder, name, version)
+    store.moves.point(name, AliasMove(version=version, at=now(), action="push", base=stack.base, rank=8))
     return version
 
 
@@ -85,7 +83,7 @@ def test_weights_overwritten_after_publishing_are_refused_at_load(stack, adapter
     ref = stack.push(adapters["lm-explicit"], "set-overwritten", force=True)
     store = stack.store
     other = (adapters["lm"] / WEIGHTS).read_bytes()
-    store.s3.call("put_object", Key=f"{store.root}set-overwritten@{ref.version}/{WEIGHTS}", Body=other)
+    store.objects.put(store.versions.key("set-overwritten", ref.version, WEIGHTS), other)
     exc = _refusal(stack, f"{stack.base}:set-overwritten")
     assert exc.status_code == 422 and exc.body["code"] == "adapter_integrity_failed", exc.body
     assert f"not to version {ref.version}" in exc.body["message"], exc.body

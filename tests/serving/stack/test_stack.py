@@ -109,12 +109,11 @@ def test_missing_adapter_is_404_for_the_openai_client(stack):
 def test_corrupt_adapter_clear_error_and_others_keep_serving(stack):
     store = stack.store
     good = stack.assets.extra[5]
-    folder = f"{store.root}corrupt@deadbeef0000/"
-    store.client.put_object(Bucket=store.bucket, Key=folder + "adapter_model.safetensors", Body=b"\x00garbage" * 64)
-    store.client.put_object(Bucket=store.bucket, Key=folder + "adapter_config.json",
-                            Body=(good / "adapter_config.json").read_bytes())
+    store.objects.put(store.versions.key("corrupt", "deadbeef0000", "adapter_model.safetensors"), b"\x00garbage" * 64)
+    store.objects.put(store.versions.key("corrupt", "deadbeef0000", "adapter_config.json"),
+                      (good / "adapter_config.json").read_bytes())
     ref = {"version": "deadbeef0000", "base": stack.base, "rank": 8, "pushed_at": "2026-01-01T00:00:00+00:00"}
-    store.client.put_object(Bucket=store.bucket, Key=f"{store.root}_refs/corrupt.json", Body=json.dumps(ref).encode())
+    store.objects.put(store.refs.key("corrupt"), json.dumps(ref).encode())
     r = stack.http.post("/v1/chat/completions",
                         json={"model": f"{stack.base}:corrupt", "messages": image_messages(), "max_tokens": 2})
     assert r.status_code == 422, r.text
