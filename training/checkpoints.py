@@ -28,38 +28,39 @@ class ExportStep:
     pass_at_1: float | None
 
 
-def _s3_split(url: str) -> tuple[str, str]:
-    rest = url[5:]
-    bucket, _, key = rest.partition("/")
-    return bucket, key.rstrip("/")
+def _s3(export: str):
+    """The objects under an ``s3://`` export, through the adapter store's door (its one S3 client, its
+    errors: an outage is a 503 ``AdapterStoreUnavailable``, a missing object ``KeyError``)."""
+    from serving.adapters import open_objects, spec_from_env  # only where an export lives in S3
 
-
-def _s3():
-    import boto3
-
-    return boto3.client("s3")  # honours AWS_ENDPOINT_URL_S3 for a local S3 server
+    return open_objects(spec_from_env(export.rstrip("/")))  # honours AWS_ENDPOINT_URL_S3 (a local S3 server)
 
 
 def _list(export: str) -> list[str]:
     """Relative paths of every file under ``export``."""
     if export.startswith("s3://"):
-        bucket, key = _s3_split(export)
-        client, out, kwargs = _s3(), [], {"Bucket": bucket, "Prefix": key + "/"}
-        while True:
-            page = client.list_objects_v2(**kwargs)
-            out += [o["Key"][len(key) + 1 :] for o in page.get("Contents", [])]
-            if not page.get("IsTruncated"):
-                return out
-            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        return list(_s3(export).list())
     root = Path(export)
     return [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()] if root.is_dir() else []
 
 
 def _read(export: str, rel: str) -> str:
     if export.startswith("s3://"):
-        bucket, key = _s3_split(export)
-        return _s3().get_object(Bucket=bucket, Key=f"{key}/{rel}")["Body"].read().decode()
+        return _s3(export).get(rel).decode()
     return (Path(export) / rel).read_text()
+
+
+def _download(export: str, rel: str, dest: Path) -> None:
+    """``rel`` of an S3 export into ``dest``, streamed, under a temporary name until complete."""
+    part = dest.with_name(dest.name + ".part")
+    try:
+        with open(part, "wb") as out:
+            for chunk in _s3(export).stream(rel):
+                out.write(chunk)
+    except KeyError:
+        part.unlink(missing_ok=True)
+        raise FileNotFoundError(f"{export.rstrip('/')}/{rel} is missing") from None
+    part.replace(dest)
 
 
 def list_steps(export: str) -> list[ExportStep]:
@@ -96,8 +97,7 @@ def fetch_step(export: str, step: int, dest: str | Path | None = None) -> Path:
     for fname in ADAPTER_FILES:
         rel = f"global_step_{step}/policy/{fname}"
         if export.startswith("s3://"):
-            bucket, key = _s3_split(export)
-            _s3().download_file(bucket, f"{key}/{rel}", str(dest / fname))
+            _download(export, rel, dest / fname)
         else:
             src = Path(export) / rel
             if not src.is_file():

@@ -14,9 +14,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("agent", "serving", "evaluation", "training", "maze_gateway", "benchmarks", "scripts")
 DOOR_S3 = "serving/adapters/s3.py"
-# Training reads a run's exports (any s3:// path, with the default AWS chain and boto's transfer
-# manager) and maps boto's own errors at maze-train's boundary: not the adapter store.
-TRAINING_EXPORTS = "training/checkpoints.py"
 BOTO_CALLS = re.compile(r"\b(get_object|put_object|head_object|delete_objects?|list_objects(_v2)?|head_bucket|"
                         r"create_bucket|copy_object|download_file|upload_file|download_fileobj|upload_fileobj)\b")
 
@@ -59,14 +56,14 @@ def test_no_call_of_a_boto_verb_outside_the_door():
     found = [path for path, text in _sources().items() if path != DOOR_S3 and '.call("' in text]
     assert found == []
     named = {path: sorted({m.group(0) for m in BOTO_CALLS.finditer(_code(text))})
-             for path, text in _sources().items() if path not in (DOOR_S3, TRAINING_EXPORTS)}
+             for path, text in _sources().items() if path != DOOR_S3}
     assert {path: verbs for path, verbs in named.items() if verbs} == {}
 
 
-def test_botocore_is_imported_by_the_door_alone_and_boto3_besides_by_the_training_exports():
+def test_boto_is_imported_by_the_door_alone():
     sources = _sources()
     assert [path for path, text in sources.items() if "botocore" in _imported(text)] == [DOOR_S3]
-    assert sorted(path for path, text in sources.items() if "boto3" in _imported(text)) == [DOOR_S3, TRAINING_EXPORTS]
+    assert [path for path, text in sources.items() if "boto3" in _imported(text)] == [DOOR_S3]
 
 
 def _version_keys(text: str) -> list[str]:

@@ -88,3 +88,30 @@ def test_an_unreachable_store_exits_3(tmp_path, export):
     out = CliRunner().invoke(main, ["publish", "--export", str(export), "--step", "5", "--name", "x",
                                     "--serving-config", str(path)])
     assert out.exit_code == 3 and "error:" in out.output, out.output
+
+
+def test_an_export_in_s3_lists_fetches_and_publishes_through_the_store_door(serving_config, export, tmp_path):
+    """The s3:// branch of training.checkpoints: steps listed with their eval pass@1, a step's files
+    fetched byte for byte, published, and a missing file named."""
+    from serving.adapters import open_objects, spec_from_env
+    from training import fetch_step, list_steps
+
+    objects = open_objects(spec_from_env("s3://maze-exports/runs/r1/exports"))
+    objects.ensure_bucket()
+    for path in export.rglob("*"):
+        if path.is_file():
+            objects.put(path.relative_to(export).as_posix(), path.read_bytes())
+    objects.put("dumped_evals/global_step_5_evals/aggregated_results.jsonl", b'{"eval/all/pass_at_1": 0.5}\n')
+    url = "s3://maze-exports/runs/r1/exports"
+    steps = {s.step: s for s in list_steps(url)}
+    assert {s.step for s in list_steps(str(export))} == set(steps)  # the same steps as on disk
+    assert (steps[5].path, steps[5].pass_at_1) == (f"{url}/global_step_5/policy", 0.5)
+    folder = fetch_step(url, 5, tmp_path / "fetched")
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        assert (folder / name).read_bytes() == (MODELS / "maze-grpo" / name).read_bytes()
+    assert not list(folder.glob("*.part"))
+    done = publish(url, 5, "from-s3", serving_config=serving_config)
+    assert done.version == AdapterStore(ServingConfig.from_file(serving_config).adapters).resolve("from-s3").version
+    objects.put("global_step_9/policy/adapter_config.json", b"{}")
+    with pytest.raises(FileNotFoundError, match="global_step_9/policy/adapter_model.safetensors is missing"):
+        fetch_step(url, 9, tmp_path / "broken")
