@@ -11,33 +11,23 @@ Every byte goes through one door, :class:`ObjectStore` (:mod:`~serving.adapters.
 stream, put, head, delete, one paginated listing, conditional replace, in the project's errors),
 which :func:`open_objects` opens for a prefix by its scheme: S3 (:mod:`~serving.adapters.s3`, the one
 file that talks to boto, with the client environment: :func:`s3_env`, :func:`spec_from_env`) or a
-local folder (:class:`LocalObjects`, ``file:///path``). Uses only serving's config, errors and metrics.
+local folder (:mod:`~serving.adapters.local`, ``file:///path``). Uses only serving's config, errors and metrics.
 """
 
 from serving.adapters.backends import open_objects
-from serving.adapters.canary import Canary, check_weight, serves_canary, session_key
+from serving.adapters.canary import Canary, serves_canary, session_key
 from serving.adapters.checks import VerifyReport
-from serving.adapters.files import (
-    CONFIG,
-    WEIGHTS,
-    content_version,
-    content_version_of,
-    validate_adapter,
-    verify_adapter_folder,
-)
-from serving.adapters.local import LocalObjects
-from serving.adapters.modules import AdapterModules, check_servable, inspect_adapter, unsupported_features
-from serving.adapters.objects import ObjectChanged, ObjectStore
-from serving.adapters.parity import ParityRecord, parity_label
+from serving.adapters.files import CONFIG, WEIGHTS, verify_adapter_folder
 from serving.adapters.model_id import ModelId
-from serving.adapters.refs import AdapterRef, AliasMove, check_name, check_version, now
+from serving.adapters.modules import inspect_adapter
+from serving.adapters.objects import ObjectStore
+from serving.adapters.parity import ParityRecord, parity_label
+from serving.adapters.refs import AdapterRef, AliasMove, check_name, now
 from serving.adapters.resolver import AdapterResolver
-from serving.adapters.s3 import LOCAL_S3_CREDENTIALS, export_s3_env, is_local, s3_env, spec_from_env
+from serving.adapters.s3 import export_s3_env, is_local, s3_env, spec_from_env
 from serving.adapters.store import AdapterStore
 
-__all__ = ["CONFIG", "LOCAL_S3_CREDENTIALS", "WEIGHTS", "AdapterModules", "AdapterRef", "AdapterResolver",
-           "AdapterStore", "AliasMove", "Canary", "LocalObjects", "ModelId", "ObjectChanged", "ObjectStore", "ParityRecord",
-           "VerifyReport", "check_name", "check_servable", "check_version", "check_weight", "content_version",
-           "content_version_of", "export_s3_env", "inspect_adapter", "is_local", "now", "open_objects",
-           "parity_label", "s3_env", "serves_canary", "session_key", "spec_from_env",
-           "unsupported_features", "validate_adapter", "verify_adapter_folder"]
+__all__ = ["CONFIG", "WEIGHTS", "AdapterRef", "AdapterResolver", "AdapterStore", "AliasMove", "Canary", "ModelId",
+           "ObjectStore", "ParityRecord", "VerifyReport", "check_name", "export_s3_env", "inspect_adapter", "is_local",
+           "now", "open_objects", "parity_label", "s3_env", "serves_canary", "session_key", "spec_from_env",
+           "verify_adapter_folder"]

@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from serving.adapters import AdapterStore, ModelId, ObjectChanged
+from serving.adapters import AdapterStore, ModelId
+from serving.adapters.objects import ObjectChanged
 from serving.errors import AdapterNotFound, AdapterRefConflict, BadAdapterName, NoRollbackTarget
 
 from tests.support.adapter_store import make_adapter

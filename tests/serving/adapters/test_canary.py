@@ -167,7 +167,8 @@ def test_canary_errors(store, versions):
 
 # -- the CLI ------------------------------------------------------------------------------------
 def test_cli_canary_promote_abort_with_exit_codes(s3_server, tmp_path):
-    from serving.adapters import AdapterStore, content_version
+    from serving.adapters import AdapterStore
+    from serving.adapters.files import content_version
     from serving.config import ServingConfig
 
     cfg = config_file(tmp_path, s3_server.url)

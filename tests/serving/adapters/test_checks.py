@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from serving.adapters import ParityRecord, content_version, content_version_of, parity_label
+from serving.adapters import ParityRecord, parity_label
+from serving.adapters.files import content_version, content_version_of
 from serving.adapters.parity import DETAIL_KEEP
 from serving.adapters.refs import HISTORY_KEEP
 from serving.errors import AdapterIntegrityError, AdapterNotFound, BadAdapterName, BadRequest, ParityFailed

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from serving.adapters import CONFIG, WEIGHTS, content_version
+from serving.adapters import CONFIG, WEIGHTS
+from serving.adapters.files import content_version
 from serving.errors import AdapterIntegrityError, AdapterLoadFailed, AdapterNotFound
 from tests.support.adapter_store import make_adapter
 

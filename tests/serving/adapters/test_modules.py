@@ -9,7 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from serving.adapters import AdapterModules, check_servable, inspect_adapter, unsupported_features, validate_adapter
+from serving.adapters import inspect_adapter
+from serving.adapters.files import validate_adapter
+from serving.adapters.modules import AdapterModules, check_servable, unsupported_features
 from serving.adapters.modules import LANGUAGE_MODEL, UNMATCHED, VISION_MERGER, VISION_TOWER
 from serving.config import REPO_ROOT
 from serving.errors import AdapterInvalid, AdapterNotServable

@@ -7,7 +7,9 @@ import threading
 
 import pytest
 
-from serving.adapters import AdapterStore, LocalObjects, ObjectChanged, open_objects
+from serving.adapters import AdapterStore, open_objects
+from serving.adapters.local import LocalObjects
+from serving.adapters.objects import ObjectChanged
 from serving.adapters.objects import Scoped
 from serving.config import AdapterStoreSpec
 from serving.errors import AdapterRefConflict

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from serving.adapters import LOCAL_S3_CREDENTIALS, export_s3_env, s3_env, spec_from_env
+from serving.adapters import export_s3_env, s3_env, spec_from_env
+from serving.adapters.s3 import LOCAL_S3_CREDENTIALS
 from serving.config import ServingConfig
 
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from serving.adapters import AdapterStore, check_name, content_version, validate_adapter
+from serving.adapters import AdapterStore, check_name
+from serving.adapters.files import content_version, validate_adapter
 from serving.config import AdapterStoreSpec
 from serving.errors import AdapterExists, AdapterInvalid, AdapterNotFound, AdapterStoreUnavailable, BadAdapterName
 

@@ -12,7 +12,8 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from serving.adapters import AdapterStore, content_version
+from serving.adapters import AdapterStore
+from serving.adapters.files import content_version
 from serving.cli import main
 from serving.cli.gateway_client import GatewayAdapters
 from serving.config import ServingConfig

@@ -60,7 +60,8 @@ def test_render_production():
 
 def test_promote_rollback_history(s3_server, tmp_path):
     cfg = config_file(tmp_path, s3_server.url)
-    from serving.adapters import AdapterStore, content_version
+    from serving.adapters import AdapterStore
+    from serving.adapters.files import content_version
     from serving.config import ServingConfig
 
     AdapterStore(ServingConfig.from_file(cfg).adapters).ensure_bucket()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 from evaluation.parity_frames import FRAMES_FILE, build_frames
-from serving.parity import TOLERANCE, compare, difference, parity_frames, reference_available
+from serving.parity.frames import parity_frames
+from serving.parity.measure import TOLERANCE, compare, difference
+from serving.parity.reference import reference_available
 
 
 def test_the_shipped_frames_are_the_agent_runners_first_turns():

@@ -13,7 +13,8 @@ import base64
 import openai
 import pytest
 
-from serving.adapters import WEIGHTS, AliasMove, content_version
+from serving.adapters import AliasMove, WEIGHTS
+from serving.adapters.files import content_version
 from serving.adapters.refs import now
 from tests.support.gateway_stack import image_messages, png_url
 from tests.support.peft_adapters import build_adapter, hf_first_logprobs

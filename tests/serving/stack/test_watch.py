@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from evaluation.cli import main as maze_eval
 from evaluation.served import served_run_name
 from evaluation.store import Store
-from serving.adapters import content_version
+from serving.adapters.files import content_version
 from tests.support.ray_cluster import local_ray_cluster
 from tests.support.gateway_stack import KEY
 from training.cli import main as maze_train
