@@ -376,8 +376,8 @@ def load_config(name_or_path: str | None) -> ServingConfig:
 
 
 __all__ = [
-    "CONFIG_DIR", "MIN_SECRET_LENGTH", "REPO_ROOT", "VLLM_LORA_RANKS",
+    "CONFIG_DIR", "MIN_SECRET_LENGTH", "REPO_ROOT",
     "AdapterStoreSpec", "AgentProfileSpec", "ApiKeySpec", "AuthSpec", "BaseModelSpec", "KeyFileSpec",
     "KeyLimitsSpec", "LimitsSpec", "LoraSpec", "RateStoreSpec", "ReplicaSpec", "Role", "RoutingSpec",
-    "ServingConfig", "is_loopback", "load_config",
+    "ServingConfig", "load_config",
 ]
