@@ -56,9 +56,7 @@ MIX = 4  # adapters in the mixed batch
 
 async def maze_turns(seeds: range) -> list[list[dict]]:
     """The messages of every turn of BFS-played episodes, exactly as the runner sends them."""
-    from agent.config import RunnerConfig
-    from agent.policies import CallablePolicy, solver_reply
-    from agent.runner import run_episodes_async
+    from agent.runner import CallablePolicy, RunnerConfig, run_episodes_async, solver_reply
 
     turns: list[list[dict]] = []
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from agent.mazes import generate_from_seed
+from agent.maze import generate_from_seed
 from training.tiny.fast_policy import FastPolicy
 
 log = logging.getLogger("bench.rollout_cache")

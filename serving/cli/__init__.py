@@ -20,7 +20,7 @@ import logging
 
 import click
 
-from agent.cli_boundary import boundary_group
+from agent.cli import boundary_group
 from serving.cli import adapters, cluster, stack, usage
 from serving.cli.common import error_of
 

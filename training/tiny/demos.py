@@ -34,11 +34,18 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.env import Feedback
-from agent.mazes import MOVES, MazeLayout, generate, shortest_path
-from agent.profiles import PROFILE_FILE, AgentProfile, profile_data
-from agent.protocol import HistoryPolicy, Message, assistant_message, get_protocol, user_message
-from agent.registration import get_variant
+from agent.env import get_variant
+from agent.maze import MOVES, Feedback, MazeLayout, generate, shortest_path
+from agent.protocol import (
+    PROFILE_FILE,
+    AgentProfile,
+    HistoryPolicy,
+    Message,
+    assistant_message,
+    get_protocol,
+    profile_data,
+    user_message,
+)
 from training.tiny.fastpath import FrameCatalog, frame_url
 
 #: The history policy the embedded model is trained and evaluated with.
@@ -88,7 +95,7 @@ def write_profile(model_dir: str | Path, protocol: str = DEFAULT_PROTOCOL, histo
 
 
 def read_profile(model_dir: str | Path) -> dict:
-    """A model folder's profile, parsed by :class:`agent.profiles.AgentProfile`, as the rollouts take
+    """A model folder's profile, parsed by :class:`agent.protocol.AgentProfile`, as the rollouts take
     it (protocol and history as strings) with the folder's other keys (``env_id``, ``max_turns``);
     the lab's own default (:data:`DEFAULT_PROTOCOL`, :data:`DEFAULT_HISTORY`) when it has none."""
     data = profile_data(model_dir)

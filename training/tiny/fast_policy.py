@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from agent.mazes import MazeLayout
+from agent.maze import MazeLayout
 from training.tiny.demos import read_profile
 from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, PromptCodec, make_codec
 from training.tiny.grpo_local import GRPOConfig, build_policy

@@ -27,9 +27,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agent.mazes import MazeLayout, corners, generate_from_seed
+from agent.maze import MazeLayout, corners, generate_from_seed, png_data_url, render_frame
 from agent.protocol import Message
-from agent.render import png_data_url, render_frame
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +72,7 @@ class FrameCatalog:
 
     def tasks(self) -> list[MazeLayout]:
         """Every task of this size: each maze with each corner choice (start and goal in opposite
-        corners, as ``agent.mazes.corners``), mazes in catalog order; 768 for ``maze_2d/simple``."""
+        corners, as ``agent.maze.corners``), mazes in catalog order; 768 for ``maze_2d/simple``."""
         s = self.size
         return [MazeLayout(grid=g, start=st, goal=gl) for g in self.grids for st, gl in (corners(s, s, i) for i in range(4))]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.mazes import MazeLayout, detour_moves, generate_from_seed, shortest_path
+from agent.maze import MazeLayout, detour_moves, generate_from_seed, shortest_path
 from training.tiny.fast_policy import FastPolicy
 
 log = logging.getLogger("training.tiny.group_signal")

@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent.mazes import MazeLayout, Pos, detour_moves, generate, generate_from_seed, shortest_path
+from agent.maze import MazeLayout, Pos, detour_moves, generate, generate_from_seed, shortest_path
+
 # MARKER and GRPOConfig are imported from here by callers and tests too
 from training.tiny.checkpointing import MARKER, save_checkpoint, try_resume  # noqa: F401
 from training.tiny.config_file import load_with_overrides

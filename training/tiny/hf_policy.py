@@ -17,12 +17,9 @@ from typing import Any
 
 import torch
 
-from agent.config import RunnerConfig, SamplingParams
-from agent.policies import PolicyReply
+from agent.maze import decode_data_url
 from agent.protocol import Message
-from agent.records import EpisodeRecord
-from agent.render import decode_data_url
-from agent.runner import run_episodes_async
+from agent.runner import EpisodeRecord, PolicyReply, RunnerConfig, SamplingParams, run_episodes_async
 
 log = logging.getLogger(__name__)
 

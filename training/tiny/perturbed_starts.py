@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from agent.mazes import MOVES, MazeLayout
+from agent.maze import MOVES, MazeLayout
 from training.tiny.fastpath import FrameCatalog
 from training.tiny.rollout import Episode, force_reply, new_episode
 

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from agent.env import validate_action
-from agent.mazes import MOVES, MazeLayout
+from agent.maze import MOVES, MazeLayout, validate_action
 from agent.protocol import HistoryPolicy, Message, assistant_message, get_protocol, user_message
 from training.tiny.fastpath import (
     EncodedPrompt,
@@ -235,7 +234,7 @@ def _apply(e: Episode, text: str, proto, catalog: FrameCatalog) -> None:
         dr, dc = MOVES[int(payload)]
         nxt = (e.agent[0] + dr, e.agent[1] + dc)
         if grid[nxt] == 1:
-            from agent.env import Feedback
+            from agent.maze import Feedback
 
             feedback = Feedback.HIT_WALL
         else:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from agent.records import EpisodeRecord, StopReason
+from agent.runner import EpisodeRecord, StopReason
 from training.tiny.demos import read_profile
 from training.tiny.hf_policy import evaluate_hf, load_model
 

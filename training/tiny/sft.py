@@ -177,7 +177,7 @@ def start_sft(cfg: SFTConfig) -> SFTRun:
     """Seed everything and build the model (or its LoRA probe), optimizer, schedule and data loader."""
     from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
 
-    from agent.mazes import generate_from_seed
+    from agent.maze import generate_from_seed
     from training.tiny.rollout import RolloutSettings
 
     out = Path(cfg.out_dir)

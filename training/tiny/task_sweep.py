@@ -21,7 +21,7 @@ import logging
 import time
 from pathlib import Path
 
-from agent.mazes import MazeLayout, detour_moves, generate_from_seed, shortest_path
+from agent.maze import MazeLayout, detour_moves, generate_from_seed, shortest_path
 from training.tiny.fast_policy import FastPolicy
 from training.tiny.plots import plot_sweep
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.mazes import MazeLayout, detour_moves, grid_from_rows
+from agent.maze import MazeLayout, detour_moves, grid_from_rows
 from training.tiny.group_signal import measure
 from training.tiny.plots import plot_sft_runs, plot_variants
 
@@ -78,7 +78,7 @@ def test_group_signal_measures_the_shipped_pair_on_two_seeds():
 
 
 def test_catalog_tasks_are_the_768_layouts_the_seeds_draw_from():
-    from agent.mazes import generate_from_seed
+    from agent.maze import generate_from_seed
     from training.tiny.fastpath import FrameCatalog
     from training.tiny.task_sweep import task_key
 
@@ -91,7 +91,7 @@ def test_catalog_tasks_are_the_768_layouts_the_seeds_draw_from():
 
 @pytest.mark.slow
 def test_task_sweep_scores_tasks_and_splits_them():
-    from agent.mazes import generate_from_seed
+    from agent.maze import generate_from_seed
     from training.tiny.fast_policy import FastPolicy
     from training.tiny.fastpath import FrameCatalog
     from training.tiny.task_sweep import sweep, task_key

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.mazes import generate_from_seed
+from agent.maze import generate_from_seed
 from training.tiny.grpo_local import GRPOConfig, HardMazes, group_advantages, loss_items
 from training.tiny.rollout import Episode, Turn
 

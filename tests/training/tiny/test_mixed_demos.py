@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from agent.mazes import MOVES, generate, generate_from_seed, shortest_path
+from agent.maze import MOVES, generate, generate_from_seed, shortest_path
 from agent.protocol import get_protocol
 from training.tiny.demos import DemoConfig, demo_episode, toward_goal_move
 from training.tiny.fastpath import FrameCatalog

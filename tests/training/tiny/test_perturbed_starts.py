@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.mazes import MOVES, generate_from_seed
+from agent.maze import MOVES, generate_from_seed
 from agent.protocol import get_protocol
 from training.tiny.fastpath import FrameCatalog, frame_url
 from training.tiny.grpo_local import GRPOConfig

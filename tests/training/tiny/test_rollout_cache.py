@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.mazes import generate_from_seed
+from agent.maze import generate_from_seed
 from agent.protocol import assistant_message, get_protocol, user_message
 from training.tiny.fast_policy import FastPolicy
 from training.tiny.fastpath import frame_rows, frame_url

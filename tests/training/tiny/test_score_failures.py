@@ -1,6 +1,6 @@
 """training.tiny.score's failure summary: which failed episodes ended stuck at a wall."""
 
-from agent.records import EpisodeRecord, StopReason, TurnRecord
+from agent.runner import EpisodeRecord, StopReason, TurnRecord
 from training.tiny.score import failure_modes
 
 

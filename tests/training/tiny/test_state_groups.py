@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.mazes import generate_from_seed
+from agent.maze import generate_from_seed
 from training.tiny.grpo_local import GRPOConfig, minibatches
 from training.tiny.grpo_local import train as grpo_train
 from training.tiny.rollout import Episode, RolloutSettings, Turn, play, play_on

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from agent.mazes import detour_moves, generate, generate_from_seed
+from agent.maze import detour_moves, generate, generate_from_seed
 from training.tiny.demos import read_profile
 from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, make_codec
 from training.tiny.grpo_local import MARKER, GRPOConfig, build_policy, fresh_mazes, loss_items, policy_loss

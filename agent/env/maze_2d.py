@@ -9,10 +9,22 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import seeding
 
-from agent.actions import ACTION_NAMES, Feedback, MazeActionSpace, relaxed_action, validate_action
-from agent.mazes import MOVES, MazeLayout, check_size, generate, grid_from_rows, grid_to_rows
-from agent.render import CELL_PX, render_frame
-from agent.vlm_api import ansi_text, init_state, options_from_init_state, prompt_text, solve_actions
+from agent.env.vlm_api import ansi_text, init_state, options_from_init_state, prompt_text, solve_actions
+from agent.maze import (
+    ACTION_NAMES,
+    CELL_PX,
+    MOVES,
+    Feedback,
+    MazeActionSpace,
+    MazeLayout,
+    check_size,
+    generate,
+    grid_from_rows,
+    grid_to_rows,
+    relaxed_action,
+    render_frame,
+    validate_action,
+)
 
 #: Bump whenever observations, rewards or feedback change; stored with every result.
 ENV_SPEC_VERSION = "2"
@@ -32,7 +44,7 @@ class MazeEnv(gym.Env):
     VisGym's ``Interactor`` and SkyRL's VisGym wrappers run on it unchanged.
 
     ## Action Space
-    :class:`~agent.actions.MazeActionSpace`: text holding a Python 2-tuple, ``('move', d)`` with
+    :class:`~agent.maze.actions.MazeActionSpace`: text holding a Python 2-tuple, ``('move', d)`` with
     d = 0 right, 1 up, 2 left, 3 down, or ``('stop', 'stop')``. Tuples are accepted too; a list
     is a format error (as in VisGym). Invalid actions are reported, not raised. Where VisGym
     raises (a ``move`` payload beyond int64, e.g. 20 digits), this env reports "not in the valid
@@ -55,7 +67,7 @@ class MazeEnv(gym.Env):
     ## Episode End
     Terminated by any valid stop. Reaching the goal without stopping does not end the episode.
     The env never truncates, as VisGym's does not: the turn limit is the runner's (``max_turns``
-    of :class:`~agent.config.RunnerConfig`, the variant's default 15/20/30) or the training
+    of :class:`~agent.runner.config.RunnerConfig`, the variant's default 15/20/30) or the training
     wrapper's. ``gymnasium.make(env_id, max_episode_steps=N)`` adds gymnasium's ``TimeLimit``
     for callers that want the env itself to truncate.
 

@@ -3,7 +3,7 @@
 ``run_episodes_async`` is the one implementation; ``run_episode(s)`` are ``asyncio.run`` shells.
 An endpoint failure that outlives the retry policy ends the episode with ``stop_reason=error``:
 it is never scored as solved or failed. An endpoint that is briefly gone (a replica restarting) or
-rate-limiting is waited out (agent.outage) rather than counted in attempts.
+rate-limiting is waited out (agent.runner.outage) rather than counted in attempts.
 """
 
 from __future__ import annotations
@@ -20,17 +20,14 @@ from typing import Any
 
 import gymnasium as gym
 
-from agent.actions import feedback_code
-from agent.config import EndpointConfig, RunnerConfig
-from agent.env import ENV_SPEC_VERSION, MazeEnv
+from agent.env import ENV_SPEC_VERSION, MazeEnv, positions, read_env, register_envs
 from agent.errors import PolicyError, RetryBudgetExhausted
-from agent.mazes import grid_to_rows, shortest_path
-from agent.outage import EndpointWaits, wait_kind
-from agent.policies import EPISODE_SESSION, OpenAIPolicy, Policy, PolicyReply, as_policy
+from agent.maze import feedback_code, grid_to_rows, shortest_path
 from agent.protocol import assistant_message, get_protocol, user_message
-from agent.records import EpisodeRecord, StopReason, TurnRecord
-from agent.registration import register_envs
-from agent.vlm_api import positions, read_env
+from agent.runner.config import EndpointConfig, RunnerConfig
+from agent.runner.outage import EndpointWaits, wait_kind
+from agent.runner.policies import EPISODE_SESSION, OpenAIPolicy, Policy, PolicyReply, as_policy
+from agent.runner.records import EpisodeRecord, StopReason, TurnRecord
 
 log = logging.getLogger(__name__)
 

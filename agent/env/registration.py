@@ -1,6 +1,6 @@
 """Gymnasium registration of the maze variants under VisGym's ids.
 
-``gymnasium.make(id)`` returns the bare :class:`~agent.env.MazeEnv` (no checker, order or time
+``gymnasium.make(id)`` returns the bare :class:`~agent.env.maze_2d.MazeEnv` (no checker, order or time
 limit wrapper): stock gymnasium's wrappers do not pass on ``get_prompt`` and the other VLM env
 API methods that VisGym's and SkyRL's code calls on what ``make`` returns, and VisGym registers
 ``maze_2d`` without a time limit. ``max_turns`` is the default turn limit the runner and the
@@ -39,6 +39,8 @@ VARIANTS: dict[str, Variant] = {
     )
 }
 DEFAULT_ENV_ID = "maze_2d/simple"
+#: The variants' string entry point: gymnasium imports the env only when one is made.
+ENV_ENTRY_POINT = "agent.env.maze_2d:MazeEnv"
 
 
 def get_variant(env_id: str) -> Variant:
@@ -55,7 +57,7 @@ def register_envs() -> None:
         if v.env_id not in gym.registry:
             gym.register(
                 id=v.env_id,
-                entry_point="agent.env:MazeEnv",
+                entry_point=ENV_ENTRY_POINT,
                 kwargs={"maze_width": v.size, "maze_height": v.size},
                 reward_threshold=1.0,
                 order_enforce=False,

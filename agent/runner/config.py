@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
+from agent.env import DEFAULT_ENV_ID, get_variant
 from agent.protocol import HistoryPolicy, get_protocol
-from agent.registration import DEFAULT_ENV_ID, get_variant
 
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 4
@@ -76,7 +76,7 @@ class EndpointConfig(ConfigModel):
 class RetryPolicy(ConfigModel):
     """How transient endpoint failures are retried. An unavailable endpoint (no connection, no answer in
     time, 502, 503, 504) or a rate limit (429) is waited out for up to ``wait_budget_s`` per request
-    (agent.outage); the other transient failures (408, 409, 500, a reply without choices) are
+    (agent.runner.outage); the other transient failures (408, 409, 500, a reply without choices) are
     counted in attempts and in the episode's budget."""
 
     max_attempts: int = Field(DEFAULT_MAX_ATTEMPTS, ge=1,

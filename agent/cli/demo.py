@@ -1,6 +1,6 @@
 """``maze-demo``: play the 64-maze set against an OpenAI-compatible endpoint and summarise it.
 
-With no ``--base-url`` it starts the scripted BFS server (``agent.scripted_server``) on
+With no ``--base-url`` it starts the scripted BFS server (``agent.tools.scripted_server``) on
 127.0.0.1, so it runs anywhere with no model, GPU or cloud account.
 """
 
@@ -14,10 +14,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from agent.config import EndpointConfig, RunnerConfig, parse_seeds
-from agent.records import EpisodeRecord, write_jsonl
-from agent.replay import save_gif
-from agent.runner import run_endpoint_async
+from agent.runner import EndpointConfig, EpisodeRecord, RunnerConfig, parse_seeds, run_endpoint_async, write_jsonl
+from agent.tools import save_gif
 
 log = logging.getLogger("maze-demo")
 
@@ -26,7 +24,7 @@ log = logging.getLogger("maze-demo")
 def scripted_server_process():
     """Start the scripted server in a subprocess; yields ``(base_url, process)``."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.scripted_server", "--port", "0"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "agent.tools.scripted_server", "--port", "0"], stdout=subprocess.PIPE, text=True
     )
     try:
         line = proc.stdout.readline() if proc.stdout else ""

@@ -22,11 +22,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from agent.config import EndpointConfig, SamplingParams
 from agent.errors import PolicyError
-from agent.mazes import shortest_path
+from agent.maze import AGENT_RGB, CELL_PX, GOAL_RGB, WALL_RGB, decode_data_url, shortest_path
 from agent.protocol import Message, get_protocol
-from agent.render import AGENT_RGB, CELL_PX, GOAL_RGB, WALL_RGB, decode_data_url
+from agent.runner.config import EndpointConfig, SamplingParams
 
 # 408/409/429 and 5xx may pass; other statuses are the request's fault and will not.
 TRANSIENT_STATUSES = frozenset({408, 409, 429})

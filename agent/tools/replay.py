@@ -6,7 +6,7 @@ import numpy as np
 
 from agent.env import MazeEnv
 from agent.protocol import Message, assistant_message, get_protocol, user_message
-from agent.records import EpisodeRecord
+from agent.runner import EpisodeRecord
 
 
 def replay_frames(record: EpisodeRecord) -> list[np.ndarray]:

@@ -15,7 +15,7 @@ by query parameters in the model id, deterministically, so one server covers eve
 ``GET /stats`` reports requests served and the most requests seen in flight at once;
 ``GET /requests`` returns the last requests' messages; ``POST /stats/reset`` clears both.
 
-Run: ``python -m agent.scripted_server --port 8001`` (prints ``READY <base_url>`` when serving).
+Run: ``python -m agent.tools.scripted_server --port 8001`` (prints ``READY <base_url>`` when serving).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from agent.policies import solver_reply
+from agent.runner import solver_reply
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.protocol import HistoryPolicy
+from agent.protocol.messages import HistoryPolicy
 
 PROFILE_FILE = "agent_profile.json"
 

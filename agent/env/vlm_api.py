@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from agent.mazes import MOVES, MazeLayout, grid_to_rows, shortest_path
+from agent.maze import MOVES, MazeLayout, grid_to_rows, shortest_path
 from agent.protocol import KEYWORD, TUPLE
 
 Pos = tuple[int, int]
