@@ -1,6 +1,6 @@
 """Checks of the fast path on a GPU machine: processor pixels on GPU vs CPU, fast vs HF forward.
 
-Usage: ``python -m training.tiny.gpu_check MODEL_DIR``; prints one JSON line of measurements.
+Usage: ``python -m training.tiny.gpu.check MODEL_DIR``; prints one JSON line of measurements.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import torch
 
 from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, collate, frame_rows, make_codec
 
-log = logging.getLogger("training.tiny.gpu_check")
+log = logging.getLogger("training.tiny.gpu.check")
 
 
 def main(model_dir: str) -> dict:
     from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
 
-    from training.tiny.demos import DemoConfig, demo_stream
+    from training.tiny.data import DemoConfig, demo_stream
 
     processor = AutoProcessor.from_pretrained(model_dir)
     catalog = FrameCatalog(7)
@@ -43,7 +43,7 @@ def main(model_dir: str) -> dict:
     codec = make_codec(processor)
     samples = next(demo_stream(DemoConfig(), catalog, seed=1))[:4]
     from training.tiny.fastpath import to_openai_messages
-    from training.tiny.hf_policy import message_images
+    from training.tiny.policies import message_images
 
     b = collate([codec.encode(s.messages) for s in samples], [frame_rows(s.messages) for s in samples])
     with torch.no_grad():

@@ -1,30 +1,31 @@
 """Single-machine GRPO for the maze VLM: a LoRA adapter on the language model, reward 1/0.
 
 Each step plays ``train_batch_size`` random mazes ``n_samples_per_prompt`` times each (multi-turn,
-sampled at ``temperature``, the runner's protocol and history policy, :mod:`training.tiny.rollout`),
-scores every episode 1.0 if it stopped on the goal else 0.0, and gives each turn of an episode
-the group-relative advantage ``(r - mean_group) / (std_group + 1e-6)``. The policy loss is PPO's
-clipped objective over the reply tokens (token mean), with LoRA (peft) on the text model's
-q/k/v/o/gate/up/down projections only: the vision tower and the base weights stay frozen, which
-is what vLLM can serve as a LoRA adapter. With ``state_groups`` each step adds groups rooted at
-states its greedy episodes reached (:mod:`training.tiny.state_groups`): the advantage then lands on the
-one reply that decided the outcome, not on every turn of an episode.
+sampled at ``temperature``, the runner's protocol and history policy,
+:mod:`training.tiny.fastpath.rollout`), scores every episode 1.0 if it stopped on the goal else 0.0,
+and gives each turn of an episode the group-relative advantage
+``(r - mean_group) / (std_group + 1e-6)``. The policy loss is PPO's clipped objective over the
+reply tokens (token mean; :mod:`training.tiny.trainers.grpo_loss`), with LoRA (peft) on the text
+model's q/k/v/o/gate/up/down projections only: the vision tower and the base weights stay frozen,
+which is what vLLM can serve as a LoRA adapter. With ``state_groups`` each step adds groups rooted
+at states its greedy episodes reached (:mod:`training.tiny.data.state_groups`): the advantage then
+lands on the one reply that decided the outcome, not on every turn of an episode.
 
 Settings and outputs follow SkyRL's vocabulary and layout:
 
 * ``{ckpt_path}/global_step_N/`` with ``trainer_state.pt`` and ``policy/lora_adapter/`` +
   ``policy/optimizer.pt``; ``{ckpt_path}/latest_ckpt_global_step.txt`` is written last;
   ``resume_mode=latest`` continues from it (a missing marker starts from scratch;
-  :mod:`training.tiny.checkpointing`);
+  :mod:`training.tiny.trainers.checkpointing`);
 * ``{export_path}/global_step_N/policy/adapter_model.safetensors`` + ``adapter_config.json``;
 * ``{export_path}/dumped_evals/global_step_N_evals/aggregated_results.jsonl`` (``eval/all/pass_at_1``
   is the true greedy solve rate on seeds 0..eval_seeds-1) and ``eval_results.jsonl`` per episode.
 
 Usage::
 
-    python -m training.tiny.grpo_local --model-path models/maze-tiny --ckpt-path runs/grpo/ckpt \
+    python -m training.tiny.trainers.grpo --model-path models/maze-tiny --ckpt-path runs/grpo/ckpt \
         --export-path runs/grpo/export --device cuda
-    python -m training.tiny.grpo_local ... --train-batch-size 2 --n-samples-per-prompt 2 --max-steps 2 \
+    python -m training.tiny.trainers.grpo ... --train-batch-size 2 --n-samples-per-prompt 2 --max-steps 2 \
         --max-turns 2 --eval-seeds 2 --device cpu                          # CPU smoke test
 """
 
@@ -46,20 +47,27 @@ import numpy as np
 import torch
 
 from agent.maze import MazeLayout, Pos, detour_moves, generate, generate_from_seed, shortest_path
+from training.tiny.data import branches, perturbed_group, pick_states, read_profile, root_turns
+from training.tiny.fastpath import (
+    Episode,
+    FastQwen3VL,
+    FrameBank,
+    FrameCatalog,
+    PromptCodec,
+    RolloutSettings,
+    make_codec,
+    new_episode,
+    play,
+    play_on,
+)
+from training.tiny.model import load_adapter_weights, lora_config, save_adapter
+from training.tiny.trainers.checkpointing import save_checkpoint, try_resume
+from training.tiny.trainers.config_file import load_with_overrides
+from training.tiny.trainers.grpo_config import GRPOConfig
+from training.tiny.trainers.grpo_loss import flat_groups, group_advantages, loss_items, minibatches, policy_loss
+from training.tiny.trainers.schedules import lr_factor
 
-# MARKER and GRPOConfig are imported from here by callers and tests too
-from training.tiny.checkpointing import MARKER, save_checkpoint, try_resume  # noqa: F401
-from training.tiny.config_file import load_with_overrides
-from training.tiny.demos import read_profile
-from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, PromptCodec, collate, make_codec
-from training.tiny.grpo_config import GRPOConfig
-from training.tiny.lora import load_adapter_weights, lora_config, save_adapter
-from training.tiny.perturbed_starts import perturbed_group
-from training.tiny.rollout import Episode, RolloutSettings, Turn, new_episode, play, play_on
-from training.tiny.schedules import lr_factor
-from training.tiny.state_groups import branches, pick_states, root_turns
-
-log = logging.getLogger("training.tiny.grpo_local")
+log = logging.getLogger("training.tiny.trainers.grpo")
 
 
 def build_policy(cfg: GRPOConfig, device: torch.device):
@@ -135,88 +143,6 @@ def eval_mode(model) -> Iterator[None]:
         yield
     finally:
         model.train()
-
-
-def flat_groups(rewards: np.ndarray, n: int) -> int:
-    """Groups of ``n`` consecutive episodes with one reward throughout: zero advantage, no signal."""
-    return int((rewards.reshape(-1, n).std(1) == 0).sum())
-
-
-def group_advantages(rewards: np.ndarray, n: int) -> np.ndarray:
-    """(r - group mean) / (group std + 1e-6); groups are consecutive runs of ``n`` episodes."""
-    g = rewards.reshape(-1, n)
-    return ((g - g.mean(1, keepdims=True)) / (g.std(1, keepdims=True) + 1e-6)).reshape(-1)
-
-
-def loss_items(episodes: list[Episode], advantages: np.ndarray, cfg: GRPOConfig) -> list[tuple[Turn, float, float]]:
-    """(turn, advantage, weight per token) for every turn with tokens of the episodes with a
-    non-zero advantage; the weights sum to 1 over the tokens in ``token_mean`` and
-    ``sequence_mean`` (SkyRL's loss reductions, one episode = one sequence)."""
-    sized = ((e, float(a), sum(len(t.tokens) for t in e.turns)) for e, a in zip(episodes, advantages))
-    kept = [(e, a, n) for e, a, n in sized if abs(a) > 1e-8 and n]
-    if not kept:
-        return []
-    total = sum(n for _, _, n in kept)
-    out = []
-    for e, a, n in kept:
-        if cfg.loss_reduction == "token_mean":
-            w = 1.0 / total
-        elif cfg.loss_reduction == "sequence_mean":
-            w = 1.0 / (n * len(kept))
-        else:  # seq_mean_token_sum_norm: a constant per-token weight
-            w = 1.0 / (len(kept) * cfg.max_turns * cfg.max_generate_length)
-        out.extend((t, a, w) for t in e.turns if t.tokens)
-    return out
-
-
-def minibatches(n_episodes: int, n_items: int, per_mini: int) -> list[np.ndarray]:
-    """Indices of each optimizer step: the episodes in order, ``per_mini`` at a time (a maze's group
-    stays together), with the state-group items after them (``n_episodes..n_items-1``) shared out
-    evenly, so every update sees both kinds."""
-    chunks = [np.arange(i, min(i + per_mini, n_episodes)) for i in range(0, n_episodes, per_mini)]
-    extra = np.array_split(np.arange(n_episodes, n_items), len(chunks))
-    return [np.concatenate([c, x]) for c, x in zip(chunks, extra, strict=True)]
-
-
-def _token_logp(logits: torch.Tensor, tgt: torch.Tensor, banned: list[int], temperature: float) -> torch.Tensor:
-    logits[:, banned] = float("-inf")  # the sampling distribution excluded them too
-    return torch.log_softmax(logits / temperature, -1).gather(1, tgt[:, None]).squeeze(1)
-
-
-def policy_loss(fast: FastQwen3VL, bank: FrameBank, items: list, cfg: GRPOConfig,
-                device: torch.device, pad_id: int, banned: list[int]) -> dict:
-    """Backward of the clipped surrogate over ``items`` (turn, advantage, token weight); returns
-    stats (token-weighted means)."""
-    stats = {"loss": 0.0, "clip_frac": 0.0, "ratio": 0.0, "kl": 0.0}
-    wsum = sum(w * len(t.tokens) for t, _, w in items)
-    for i in range(0, len(items), cfg.micro_batch_size):
-        part = items[i : i + cfg.micro_batch_size]
-        b = collate([t.prompt for t, _, _ in part], [t.frames for t, _, _ in part], [t.tokens for t, _, _ in part], pad_id=pad_id)
-        b = {k: v.to(device, non_blocking=True) for k, v in b.items()}
-        old = torch.as_tensor([lp for t, _, _ in part for lp in t.logprobs], device=device)
-        adv = torch.as_tensor([a for t, a, _ in part for _ in t.tokens], device=device, dtype=torch.float32)
-        wt = torch.as_tensor([w for t, _, w in part for _ in t.tokens], device=device, dtype=torch.float32)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            vis = fast.vision(b["frames"], bank)  # without lora_vision the tower is shared with the reference
-            logits = fast.logits_at(fast.hidden(b["input_ids"], b["pos"], vis), b["tgt_index"])
-            if cfg.use_kl_loss:
-                with torch.no_grad(), fast.model.disable_adapter():
-                    ref_vis = fast.vision(b["frames"], bank) if cfg.lora_vision else vis
-                    ref_logits = fast.logits_at(fast.hidden(b["input_ids"], b["pos"], ref_vis), b["tgt_index"])
-        logp = _token_logp(logits, b["tgt_ids"], banned, cfg.temperature)
-        ratio = torch.exp(logp - old)
-        clipped = ratio.clamp(1 - cfg.eps_clip_low, 1 + cfg.eps_clip_high)
-        loss = -(torch.minimum(ratio * adv, clipped * adv) * wt).sum()
-        if cfg.use_kl_loss:
-            log_r = _token_logp(ref_logits, b["tgt_ids"], banned, cfg.temperature) - logp
-            kl = torch.exp(log_r) - log_r - 1  # k3: unbiased, always >= 0
-            loss = loss + cfg.kl_loss_coef * (kl * wt).sum()
-            stats["kl"] += (kl.detach() * wt).sum().item() / wsum
-        loss.backward()
-        stats["loss"] += loss.item()
-        stats["clip_frac"] += (((ratio - clipped).abs() > 1e-6).float() * wt).sum().item() / wsum
-        stats["ratio"] += (ratio.detach() * wt).sum().item() / wsum
-    return stats
 
 
 def evaluate(fast, bank, codec, catalog, cfg: GRPOConfig, profile: dict, device) -> tuple[dict, list[dict]]:

@@ -1,7 +1,7 @@
-"""GRPO groups that begin a few random moves into the maze (``perturbed_starts`` in grpo_local).
+"""GRPO groups that begin a few random moves into the maze (the GRPO trainer's ``perturbed_starts``).
 
 Greedy evaluation mostly fails after one wrong turn: the policy walks into a dead end, then
-bumps or steps back and forth there until the turn limit (``python -m training.tiny.score``
+bumps or steps back and forth there until the turn limit (``python -m training.tiny.diagnostics.hf_scores``
 reports these failure modes). Episodes that start at the maze's start seldom reach such states under
 the policy's own sampling, so they say little about getting out of them. Here a share of each
 step's groups starts after 1..k forced random moves (one prefix per group, so its members
@@ -18,8 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from agent.maze import MOVES, MazeLayout
-from training.tiny.fastpath import FrameCatalog
-from training.tiny.rollout import Episode, force_reply, new_episode
+from training.tiny.fastpath import Episode, FrameCatalog, force_reply, new_episode
 
 
 def random_walk(layout: MazeLayout, k: int, rng: np.random.Generator) -> list[int]:

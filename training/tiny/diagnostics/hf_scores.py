@@ -1,14 +1,14 @@
 """Reproduce the scores table of the shipped models with HF transformers on CPU.
 
 Plays maze_2d/simple seeds 0..63 greedily (max 15 turns) through the real runner
-(``agent.runner``) with an HF policy (:mod:`training.tiny.hf_policy`), under the protocol and history
+(``agent.runner``) with an HF policy (:mod:`training.tiny.policies.hf`), under the protocol and history
 policy the model folder records in ``agent_profile.json``. ``maze-grpo`` is loaded as a peft
 LoRA adapter on ``maze-tiny`` (not merged).
 
 Usage::
 
-    python -m training.tiny.score                       # both models, prints the table
-    python -m training.tiny.score --json models/scores_hf.json --seeds 64
+    python -m training.tiny.diagnostics.hf_scores                       # both models, prints the table
+    python -m training.tiny.diagnostics.hf_scores --json models/scores_hf.json --seeds 64
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from pathlib import Path
 import torch
 
 from agent.runner import EpisodeRecord, StopReason
-from training.tiny.demos import read_profile
-from training.tiny.hf_policy import evaluate_hf, load_model
+from training.tiny.data import read_profile
+from training.tiny.policies import evaluate_hf, load_model
 
-log = logging.getLogger("training.tiny.score")
+log = logging.getLogger("training.tiny.diagnostics.hf_scores")
 
-MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+MODELS_DIR = Path(__file__).resolve().parents[3] / "models"
 
 
 def failure_modes(records: list[EpisodeRecord], tail: int = 5) -> dict:

@@ -1,19 +1,19 @@
 """Supervised training of the maze VLM on solver demonstrations (the SFT base, ``maze-tiny``).
 
-Demonstrations (:mod:`training.tiny.demos`) are drawn on the fly in DataLoader workers as token ids
+Demonstrations (:mod:`training.tiny.data.demos`) are drawn on the fly in DataLoader workers as token ids
 and frame ids; the batched forward of :mod:`training.tiny.fastpath` trains the whole model (vision
 tower included). Every ``eval_every`` steps the closed-loop greedy solve rate on the fixed seeds
 is measured with the fast batched rollout; when that rate is in the target band the checkpoint
 is saved as a complete model folder (optionally after re-measuring it through the real runner
-with an HF policy, :mod:`training.tiny.hf_policy`, and only if that rate is in the band too). The run
+with an HF policy, :mod:`training.tiny.policies.hf`, and only if that rate is in the band too). The run
 stops at ``stop_rate`` (the take-off) or when it leaves the band upwards; the in-band checkpoint
 closest to ``target_rate``, or the last one saved (``select: last``, the rising edge of the
 take-off: the shipped base), is copied to ``{out_dir}/selected``.
 
 Usage::
 
-    python -m training.tiny.sft --out runs/sft --device cuda            # the real run (one H200)
-    python -m training.tiny.sft --out /tmp/sft --max-steps 3 --batch-size 8 --eval-every 2 \
+    python -m training.tiny.trainers.sft --out runs/sft --device cuda            # the real run (one H200)
+    python -m training.tiny.trainers.sft --out /tmp/sft --max-steps 3 --batch-size 8 --eval-every 2 \
         --eval-seeds 2 --num-workers 0                            # CPU smoke run
 """
 
@@ -34,13 +34,13 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from training.tiny.config_file import load_with_overrides
-from training.tiny.demos import DemoConfig, demo_stream, write_profile
+from training.tiny.data import DemoConfig, demo_stream, write_profile
 from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, PromptCodec, collate, frame_rows, make_codec
-from training.tiny.lora import lora_config
-from training.tiny.schedules import Schedule, lr_factor
+from training.tiny.model import lora_config
+from training.tiny.trainers.config_file import load_with_overrides
+from training.tiny.trainers.schedules import Schedule, lr_factor
 
-log = logging.getLogger("training.tiny.sft")
+log = logging.getLogger("training.tiny.trainers.sft")
 
 
 class SFTConfig(BaseModel):
@@ -48,7 +48,7 @@ class SFTConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    init_dir: str = Field(description="model folder to start from (training.tiny.model_builder output)")
+    init_dir: str = Field(description="model folder to start from (training.tiny.model.builder output)")
     out_dir: str = Field(description="where metrics, checkpoints and the selected model go")
     seed: int = Field(0, description="seeds data, init order and sampling")
     demo: DemoConfig = Field(default_factory=DemoConfig, description="demonstration settings")
@@ -170,7 +170,7 @@ class SFTRun:
     sched: torch.optim.lr_scheduler.LambdaLR
     loader: torch.utils.data.DataLoader
     eval_layouts: list
-    settings: Any  # training.tiny.rollout.RolloutSettings (imported with torch's heavy parts, lazily)
+    settings: Any  # training.tiny.fastpath.rollout.RolloutSettings (imported with torch's heavy parts, lazily)
 
 
 def start_sft(cfg: SFTConfig) -> SFTRun:
@@ -178,7 +178,7 @@ def start_sft(cfg: SFTConfig) -> SFTRun:
     from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
 
     from agent.maze import generate_from_seed
-    from training.tiny.rollout import RolloutSettings
+    from training.tiny.fastpath import RolloutSettings
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -267,8 +267,8 @@ def train_step(run: SFTRun, batch: dict) -> tuple[torch.Tensor, dict]:
 def evaluate_step(run: SFTRun, step: int, samples: int, elapsed: float, saved: list[dict]) -> dict:
     """The closed-loop greedy solve rate at ``step`` (and the runner's, for an in-band rate with
     ``confirm_with_runner``); an in-band checkpoint is saved and appended to ``saved``. The eval record."""
-    from training.tiny.hf_policy import evaluate_hf
-    from training.tiny.rollout import play, solve_rate
+    from training.tiny.fastpath import play, solve_rate
+    from training.tiny.policies import evaluate_hf
 
     cfg = run.cfg
     run.model.eval()

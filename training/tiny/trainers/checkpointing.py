@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training.tiny.grpo_config import GRPOConfig
-from training.tiny.lora import load_adapter_weights, save_adapter
+from training.tiny.model import load_adapter_weights, save_adapter
+from training.tiny.trainers.grpo_config import GRPOConfig
 
-log = logging.getLogger("training.tiny.checkpointing")
+log = logging.getLogger("training.tiny.trainers.checkpointing")
 
 MARKER = "latest_ckpt_global_step.txt"
 

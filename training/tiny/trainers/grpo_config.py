@@ -1,10 +1,11 @@
-"""The GRPO trainer's settings (:mod:`training.tiny.grpo_local`), named as in SkyRL where SkyRL has the setting."""
+"""The GRPO trainer's settings (:mod:`~training.tiny.trainers.grpo`), named as in SkyRL where SkyRL
+has the setting."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from training.tiny.schedules import Schedule
+from training.tiny.trainers.schedules import Schedule
 
 
 class GRPOConfig(BaseModel):
@@ -40,7 +41,7 @@ class GRPOConfig(BaseModel):
     train_batch_size: int = Field(32, ge=1, description="mazes per step")
     state_groups: int = Field(
         0, ge=0, description="groups per step rooted at states of the step's greedy episodes, failed ones first "
-        "(not a SkyRL setting, see training/tiny/state_groups.py): state_group_size replies sampled there, each played "
+        "(not a SkyRL setting, see training/tiny/data/state_groups.py): state_group_size replies sampled there, each played "
         "on greedily, the outcome's group advantage given to that one reply")
     state_group_size: int = Field(8, ge=2, description="sampled replies per state group")
     hard_replay_fraction: float = Field(
@@ -60,7 +61,7 @@ class GRPOConfig(BaseModel):
         "0 draws from all 768 tasks")
     perturbed_starts: float = Field(
         0.0, ge=0, le=1, description="share of each step's mazes whose group starts after 1..perturbed_max_moves "
-        "forced random moves (not a SkyRL setting, see training/tiny/perturbed_starts.py): the states a wrong turn leads "
+        "forced random moves (not a SkyRL setting, see training/tiny/data/perturbed_starts.py): the states a wrong turn leads "
         "to, where greedy evaluation gets stuck, with the same turn limit and reward")
     perturbed_max_moves: int = Field(3, ge=1, description="most forced moves before a perturbed group's first turn")
     policy_mini_batch_size: int = Field(32, ge=1, description="mazes per optimizer step")

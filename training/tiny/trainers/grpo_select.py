@@ -1,10 +1,10 @@
 """Pick the best export of one or more GRPO runs (by greedy pass@1, later step on ties).
 
-Usage: ``python -m training.tiny.grpo_select [--by-all-tasks] OUT RUN_DIR...``: picks on the eval
-seeds, or with ``--by-all-tasks`` on all 768 tasks (runs made with ``eval_all_tasks``); copies,
-per run, the best export's adapter, the run's metrics/summary and its latest checkpoint into
-``OUT/<run name>/``, and writes ``OUT/picks.json``. ``python -m training.tiny.grpo_select --pack OUT DEST`` packs each pick
-into ``DEST/pick_<run name>.tgz`` small enough to copy back from a remote GPU machine (files of at
+Usage: ``python -m training.tiny.trainers.grpo_select [--by-all-tasks] OUT RUN_DIR...``: picks on
+the eval seeds, or with ``--by-all-tasks`` on all 768 tasks (runs made with ``eval_all_tasks``);
+copies, per run, the best export's adapter, the run's metrics/summary and its latest checkpoint into
+``OUT/<run name>/``, and writes ``OUT/picks.json``. ``python -m training.tiny.trainers.grpo_select
+--pack OUT DEST`` packs each pick into ``DEST/pick_<run name>.tgz`` small enough to copy back from a remote GPU machine (files of at
 most 16 MiB): a pick whose archive is larger goes without its checkpoint (optimizer state).
 """
 

@@ -10,11 +10,11 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 nvidia-smi -L
 python3 -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)"
 mkdir -p runs
-[ -d runs/init ] || [ "$1" = grpo ] || python3 -m training.tiny.model_builder --out runs/init --seed 0 ${BUILDER_ARGS:-} 2>&1 | tail -2
+[ -d runs/init ] || [ "$1" = grpo ] || python3 -m training.tiny.model.builder --out runs/init --seed 0 ${BUILDER_ARGS:-} 2>&1 | tail -2
 for stage in "$@"; do
   case "$stage" in
-    check) python3 -m training.tiny.gpu_check runs/init 2>&1 | grep -v Warning ;;
-    sft) python3 -m training.tiny.sft --config training/tiny/configs/sft.yaml --init runs/init --out runs/sft ${SFT_ARGS:-} 2>&1 | grep -v Warning | tee runs/sft.log ;;
+    check) python3 -m training.tiny.gpu.check runs/init 2>&1 | grep -v Warning ;;
+    sft) python3 -m training.tiny.trainers.sft --config training/tiny/gpu/configs/sft.yaml --init runs/init --out runs/sft ${SFT_ARGS:-} 2>&1 | grep -v Warning | tee runs/sft.log ;;
     grpo)
       # Several variants at once (one small model leaves the GPU mostly idle). GRPO_RUNS is a
       # ';'-separated list of "name flags..."; by default one run per learning rate in GRPO_LRS.
@@ -37,7 +37,7 @@ for stage in "$@"; do
         # shellcheck disable=SC2086  # flags are words on purpose
         # A hard wall-clock cap (GRPO_TIMEOUT_S) so a slow step can never eat the caller's
         # budget; the exports written so far stay usable. Few threads each: the runs share the CPUs.
-        OMP_NUM_THREADS=${GRPO_THREADS:-4} timeout "${GRPO_TIMEOUT_S:-86400}" python3 -m training.tiny.grpo_local --config training/tiny/configs/grpo.yaml \
+        OMP_NUM_THREADS=${GRPO_THREADS:-4} timeout "${GRPO_TIMEOUT_S:-86400}" python3 -m training.tiny.trainers.grpo --config training/tiny/gpu/configs/grpo.yaml \
           --ckpt-path $d/ckpt --export-path $d/export $flags > $d.log 2>&1 &
       done
       wait
@@ -45,11 +45,11 @@ for stage in "$@"; do
       # GRPO_PICK_BY=all_tasks picks on all 768 tasks (runs with --eval-all-tasks true), not the eval seeds.
       by=""; [ "${GRPO_PICK_BY:-}" = all_tasks ] && by="--by-all-tasks"
       # shellcheck disable=SC2086
-      python3 -m training.tiny.grpo_select $by runs/grpo_pick $names
+      python3 -m training.tiny.trainers.grpo_select $by runs/grpo_pick $names
       # With $OUT set, writes there one archive per pick (each under 16 MiB) and one metrics.tgz with
       # every run's metrics and log; $OUT holds at most 8 files, so at most 6 runs per invocation.
       if [ -n "${OUT:-}" ]; then
-        python3 -m training.tiny.grpo_select --pack runs/grpo_pick "$OUT"
+        python3 -m training.tiny.trainers.grpo_select --pack runs/grpo_pick "$OUT"
         # shellcheck disable=SC2046
         tar czf "$OUT/metrics.tgz" $(for d in $names; do echo "$d/export/metrics.jsonl $d.log"; done)
       fi ;;

@@ -1,4 +1,4 @@
-"""GRPO groups rooted at states of greedy episodes (``state_groups`` in :mod:`training.tiny.grpo_local`).
+"""GRPO groups rooted at states of greedy episodes (the GRPO trainer's ``state_groups``).
 
 An episode-level group gives one advantage to every turn of an episode, and the turns that
 decide a maze (a fork taken the wrong way, a detour not taken) are few among them; on mazes
@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from training.tiny.rollout import Episode
+from training.tiny.fastpath import Episode
 
 
 def pick_states(episodes: list[Episode], n: int, rng: np.random.Generator) -> list[tuple[Episode, int]]:

@@ -1,10 +1,12 @@
 """Training curves of the shipped models: JSON (the numbers) and one PNG (matplotlib).
 
-Usage: ``python -m training.tiny.plots --sft runs/sft/metrics.jsonl --grpo runs/grpo/export/metrics.jsonl
---out models/curves``; ``python -m training.tiny.plots variants DIR`` draws ``DIR/variants.png`` from the
-``*_metrics.jsonl`` of several GRPO runs (an ablation) in DIR; ``python -m training.tiny.plots sweep
-FILE.json`` draws ``FILE.png`` from :mod:`training.tiny.task_sweep` results; ``python -m training.tiny.plots
-lineage OUT.jsonl METRICS:STEP...`` joins continued runs into one curve (see :func:`lineage`).
+Usage: ``python -m training.tiny.diagnostics.plots --sft runs/sft/metrics.jsonl --grpo
+runs/grpo/export/metrics.jsonl --out models/curves``; ``python -m training.tiny.diagnostics.plots
+variants DIR`` draws ``DIR/variants.png`` from the ``*_metrics.jsonl`` of several GRPO runs (an
+ablation) in DIR; ``python -m training.tiny.diagnostics.plots sweep FILE.json`` draws ``FILE.png``
+from :mod:`~training.tiny.diagnostics.task_sweep` results; ``python -m
+training.tiny.diagnostics.plots lineage OUT.jsonl METRICS:STEP...`` joins continued runs into one
+curve (see :func:`lineage`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from training.tiny.grpo_select import SEEDS_METRIC, TASKS_METRIC
+from training.tiny.trainers import SEEDS_METRIC, TASKS_METRIC
 
 
 def _pyplot():
@@ -170,7 +172,7 @@ def _greedy_reward(rows: list[dict]) -> tuple[list[int], list[float]]:
 
 
 def plot_sft_runs(folder: Path) -> Path:
-    """Every ``sft_NAME.jsonl`` (training.tiny.sft metrics) in ``folder``: the greedy solve rate on seeds
+    """Every ``sft_NAME.jsonl`` (training.tiny.trainers.sft metrics) in ``folder``: the greedy solve rate on seeds
     0..63 and the reply-action accuracy on the training batches, both against samples seen."""
     plt = _pyplot()
 
@@ -195,7 +197,7 @@ def plot_sft_runs(folder: Path) -> Path:
 
 
 def plot_sweep(results: list[dict], png: Path) -> Path:
-    """Grouped bars of :mod:`training.tiny.task_sweep` results: each model's greedy solve rate on the
+    """Grouped bars of :mod:`training.tiny.diagnostics.task_sweep` results: each model's greedy solve rate on the
     eval seeds, on all tasks, and on the direct and detour tasks."""
     plt = _pyplot()
 

@@ -16,7 +16,7 @@ tokens. Text head_dim is 64 (vLLM's CPU attention only supports some head sizes:
 
 CLI::
 
-    python -m training.tiny.model_builder --out /tmp/maze-tiny --seed 0 [--hidden-size 256 ...] \
+    python -m training.tiny.model.builder --out /tmp/maze-tiny --seed 0 [--hidden-size 256 ...] \
         [--lora-out /tmp/maze-tiny-lora --lora-rank 8]
 """
 
@@ -32,7 +32,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from training.tiny.tokenizer_builder import CHAT_TEMPLATE, SPECIAL_TOKENS, build_tokenizer, default_corpus
+from training.tiny.model.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, build_tokenizer, default_corpus
 
 logger = logging.getLogger(__name__)
 

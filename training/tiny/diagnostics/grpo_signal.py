@@ -4,12 +4,12 @@ For seeds 0..N-1 of ``maze_2d/simple`` it records the optimal path length, wheth
 path needs a *detour* (a move that does not bring the agent closer to the goal in Manhattan
 distance), the greedy outcome, and how many of ``n`` sampled episodes at ``temperature`` solve it.
 A maze whose samples all fail (or all succeed) forms a GRPO group with zero advantage: it teaches
-nothing. Runs on the fast batched rollout (:mod:`training.tiny.rollout`), CPU or GPU.
+nothing. Runs on the fast batched rollout (:mod:`training.tiny.fastpath.rollout`), CPU or GPU.
 
 Usage::
 
-    python -m training.tiny.group_signal --adapter models/maze-grpo --n 8 --temperature 0.7 \
-        --sample-failed-only --json group_signal.json
+    python -m training.tiny.diagnostics.grpo_signal --adapter models/maze-grpo --n 8 --temperature 0.7 \
+        --sample-failed-only --json grpo_signal.json
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from agent.maze import MazeLayout, detour_moves, generate_from_seed, shortest_path
-from training.tiny.fast_policy import FastPolicy
+from training.tiny.diagnostics.fast_policy import FastPolicy
 
-log = logging.getLogger("training.tiny.group_signal")
+log = logging.getLogger("training.tiny.diagnostics.grpo_signal")
 
 
 def measure(model_path: str, adapter: str | None, seeds: int, n: int, temperature: float, device: str,

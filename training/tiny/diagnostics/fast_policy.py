@@ -1,8 +1,9 @@
 """A shipped (or trained) model + adapter on the fast batched path, ready to play mazes.
 
-The diagnostics and benchmarks (:mod:`training.tiny.group_signal`, :mod:`training.tiny.task_sweep`,
-``benchmarks/rollout_cache.py``) all need the same set-up: the policy as GRPO trains it (peft
-LoRA, not merged), the frame bank, the prompt codec and the model's agent profile.
+The diagnostics and benchmarks (:mod:`~training.tiny.diagnostics.grpo_signal`,
+:mod:`~training.tiny.diagnostics.task_sweep`, ``benchmarks/rollout_cache.py``) all need the same
+set-up: the policy as GRPO trains it (peft LoRA, not merged), the frame bank, the prompt codec and
+the model's agent profile.
 """
 
 from __future__ import annotations
@@ -13,11 +14,19 @@ from pathlib import Path
 import torch
 
 from agent.maze import MazeLayout
-from training.tiny.demos import read_profile
-from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, PromptCodec, make_codec
-from training.tiny.grpo_local import GRPOConfig, build_policy
-from training.tiny.lora import adapter_shape, load_adapter_weights
-from training.tiny.rollout import Episode, RolloutSettings, play
+from training.tiny.data import read_profile
+from training.tiny.fastpath import (
+    Episode,
+    FastQwen3VL,
+    FrameBank,
+    FrameCatalog,
+    PromptCodec,
+    RolloutSettings,
+    make_codec,
+    play,
+)
+from training.tiny.model import adapter_shape, load_adapter_weights
+from training.tiny.trainers import GRPOConfig, build_policy
 
 
 @dataclass

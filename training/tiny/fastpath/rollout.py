@@ -1,7 +1,7 @@
 """Batched multi-turn maze episodes on the fast path (GRPO rollouts and quick evaluation).
 
 All episodes advance one turn at a time together: their prompts (the runner's messages under
-the history policy, see :mod:`training.tiny.demos`) are encoded, the vision tower runs once per turn,
+the history policy, see :mod:`training.tiny.data.demos`) are encoded, the vision tower runs once per turn,
 and reply tokens are sampled for the whole batch. Replies are decoded to text, parsed with the
 protocol and applied exactly as ``agent.runner`` does (a parse failure costs the turn and sends
 the failure text with the current frame; a valid stop ends the episode).
@@ -16,16 +16,9 @@ import torch
 
 from agent.maze import MOVES, MazeLayout, validate_action
 from agent.protocol import HistoryPolicy, Message, assistant_message, get_protocol, user_message
-from training.tiny.fastpath import (
-    EncodedPrompt,
-    FastQwen3VL,
-    FrameBank,
-    FrameCatalog,
-    PromptCodec,
-    collate,
-    frame_rows,
-    frame_url,
-)
+from training.tiny.fastpath.forward import FastQwen3VL, collate
+from training.tiny.fastpath.frames import FrameBank, FrameCatalog, frame_rows, frame_url
+from training.tiny.fastpath.prompts import EncodedPrompt, PromptCodec
 
 
 @dataclass

@@ -8,9 +8,9 @@ only closes in on the goal ("direct") and those that need a detour.
 
 Usage::
 
-    python -m training.tiny.task_sweep --json models/curves/task_sweep.json   # both models, + task_sweep.png
-    python -m training.tiny.task_sweep --only maze-grpo --limit 32            # a quick look
-    python -m training.tiny.task_sweep --only maze-grpo --json models/curves/task_sweep.json  # replace one row
+    python -m training.tiny.diagnostics.task_sweep --json models/curves/task_sweep.json   # both models, + task_sweep.png
+    python -m training.tiny.diagnostics.task_sweep --only maze-grpo --limit 32            # a quick look
+    python -m training.tiny.diagnostics.task_sweep --only maze-grpo --json models/curves/task_sweep.json  # replace one row
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 from agent.maze import MazeLayout, detour_moves, generate_from_seed, shortest_path
-from training.tiny.fast_policy import FastPolicy
-from training.tiny.plots import plot_sweep
+from training.tiny.diagnostics.fast_policy import FastPolicy
+from training.tiny.diagnostics.plots import plot_sweep
 
-log = logging.getLogger("training.tiny.task_sweep")
-MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+log = logging.getLogger("training.tiny.diagnostics.task_sweep")
+MODELS_DIR = Path(__file__).resolve().parents[3] / "models"
 
 
 def task_key(layout: MazeLayout) -> tuple:
