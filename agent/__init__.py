@@ -1,30 +1,56 @@
 """maze-gateway agent: the VisGym-compatible maze environment, prompt protocol and episode runner.
 
+Laid out in rooms, each importing only those below it: ``maze/`` (layouts, frames, actions: pure),
+``protocol/`` (what the model sees and says), ``env/`` (the gymnasium env and its registration),
+``runner/`` (episodes against a policy, their records), ``tools/`` (replays, the scripted server)
+and ``cli/`` (every CLI's exit-code boundary, ``maze-demo``); ``errors`` is the package's error
+root. The names below are the library's public API.
+
 Importing the package registers ``maze_2d/simple``, ``maze_2d/easy`` and ``maze_2d/hard`` with
 gymnasium (those not already registered: with VisGym installed as ``gymnasium``, its own
 ``maze_2d/easy`` and ``maze_2d/hard`` stay).
 """
 
-from agent.actions import MazeActionSpace
-from agent.config import EndpointConfig, RetryPolicy, RunnerConfig, SamplingParams
-from agent.env import ENV_SPEC_VERSION, Feedback, MazeEnv, validate_action
+from agent.env import DEFAULT_ENV_ID, ENV_SPEC_VERSION, VARIANTS, MazeEnv, get_variant, register_envs
 from agent.errors import AgentError, PolicyError, RetryBudgetExhausted
-from agent.mazes import MazeLayout, generate, generate_from_seed, shortest_path
-from agent.outage import EndpointWaits
-from agent.policies import CallablePolicy, OpenAIPolicy, Policy, PolicyReply, bfs_policy, solver_reply
+from agent.maze import (
+    Feedback,
+    MazeActionSpace,
+    MazeLayout,
+    generate,
+    generate_from_seed,
+    png_data_url,
+    render_frame,
+    shortest_path,
+    validate_action,
+)
 from agent.protocol import KEYWORD, PROTOCOLS, TUPLE, HistoryPolicy, Protocol, get_protocol
-from agent.records import EpisodeRecord, StopReason, TurnRecord, is_scored, read_jsonl, write_jsonl
-from agent.registration import DEFAULT_ENV_ID, VARIANTS, get_variant, register_envs
-from agent.render import png_data_url, render_frame
-from agent.replay import replay_conversation, replay_frames, save_gif
 from agent.runner import (
+    CallablePolicy,
+    EndpointConfig,
+    EndpointWaits,
+    EpisodeRecord,
     EpisodeSpec,
+    OpenAIPolicy,
+    Policy,
+    PolicyReply,
+    RetryPolicy,
+    RunnerConfig,
+    SamplingParams,
+    StopReason,
+    TurnRecord,
+    bfs_policy,
+    is_scored,
+    read_jsonl,
     run_endpoint_async,
     run_episode,
     run_episode_async,
     run_episodes,
     run_episodes_async,
+    solver_reply,
+    write_jsonl,
 )
+from agent.tools import replay_conversation, replay_frames, save_gif
 
 register_envs()
 

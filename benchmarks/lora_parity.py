@@ -46,8 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.config import EndpointConfig, RunnerConfig, SamplingParams
-from agent.runner import run_endpoint_async
+from agent.runner import EndpointConfig, RunnerConfig, SamplingParams, run_endpoint_async
 from benchmarks.support.provenance import engine_settings, provenance
 from benchmarks.support.replay import record, replay
 from benchmarks.support.stack import dev_assets, stack_config

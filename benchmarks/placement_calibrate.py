@@ -56,9 +56,7 @@ MIX = 4  # adapters in the mixed batch
 
 async def maze_turns(seeds: range) -> list[list[dict]]:
     """The messages of every turn of BFS-played episodes, exactly as the runner sends them."""
-    from agent.config import RunnerConfig
-    from agent.policies import CallablePolicy, solver_reply
-    from agent.runner import run_episodes_async
+    from agent.runner import CallablePolicy, RunnerConfig, run_episodes_async, solver_reply
 
     turns: list[list[dict]] = []
 
@@ -124,7 +122,7 @@ async def step_times(client: Client, sides: dict[str, list[str]], messages: list
 
 async def cold_loads(client: Client, cfg, base_dir: Path, work: Path, messages: list[dict], n: int) -> dict:
     """First vs second request of ``n`` fresh adapters, a base-model stream running alongside."""
-    from training.tiny.model_builder import build_random_lora
+    from training.tiny.model import build_random_lora
 
     base, store_push = cfg.base_models[0].id, _pusher(cfg)
     stream: list[tuple[float, float]] = []  # (start, end) of each base request

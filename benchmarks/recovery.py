@@ -44,9 +44,8 @@ ADAPTER = "maze-tiny:maze-grpo"
 
 
 def _messages() -> list[dict]:
-    from agent.env import MazeEnv
+    from agent.env import MazeEnv, read_env
     from agent.protocol import get_protocol, user_message
-    from agent.vlm_api import read_env
 
     env = MazeEnv()
     frame, _ = env.reset(seed=0)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from agent.mazes import generate_from_seed
-from training.tiny.fast_policy import FastPolicy
+from agent.maze import generate_from_seed
+from training.tiny.diagnostics import FastPolicy
 
 log = logging.getLogger("bench.rollout_cache")
 MODELS = Path(__file__).resolve().parents[1] / "models"

@@ -22,11 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from agent import EndpointConfig, EpisodeSpec, PolicyReply, RunnerConfig, run_endpoint_async, run_episode_async
-from agent.demo import scripted_server
+from agent.cli.demo import scripted_server
 from agent.env import MazeEnv
-from agent.mazes import generate_from_seed, shortest_path
+from agent.maze import encode_png, generate_from_seed, render_frame, shortest_path
 from agent.protocol import TUPLE, HistoryPolicy, user_message
-from agent.render import encode_png, render_frame
 
 log = logging.getLogger("bench.runner")
 OUT = Path(__file__).parent / "results" / "runner_overhead.json"

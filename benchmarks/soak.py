@@ -31,9 +31,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.config import EndpointConfig, RetryPolicy, RunnerConfig, SamplingParams
-from agent.policies import OpenAIPolicy
-from agent.runner import EpisodeSpec, run_episodes_async
+from agent.runner import (
+    EndpointConfig,
+    EpisodeSpec,
+    OpenAIPolicy,
+    RetryPolicy,
+    RunnerConfig,
+    SamplingParams,
+    run_episodes_async,
+)
 
 
 def replica_usage(ray_sid: int) -> dict[str, float]:

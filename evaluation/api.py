@@ -1,7 +1,7 @@
 """Evaluation routes a gateway mounts next to the OpenAI routes (same app, same auth).
 
 * ``POST /v1/episodes`` plays one episode server-side against the gateway's own OpenAI routes
-  and returns the trajectory (an :class:`~agent.records.EpisodeRecord`). Those routes are called
+  and returns the trajectory (an :class:`~agent.runner.records.EpisodeRecord`). Those routes are called
   in-process, through the app that received the request (never over the network): nothing in
   the request (``Host`` header, body) decides where the gateway sends requests, and the caller's
   key goes nowhere but the same app's auth check.
@@ -28,10 +28,16 @@ import httpx
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.config import EndpointConfig, RetryPolicy, RunnerConfig, SamplingParams
-from agent.policies import OpenAIPolicy
-from agent.registration import DEFAULT_ENV_ID
-from agent.runner import EpisodeSpec, run_episodes_async
+from agent.env import DEFAULT_ENV_ID
+from agent.runner import (
+    EndpointConfig,
+    EpisodeSpec,
+    OpenAIPolicy,
+    RetryPolicy,
+    RunnerConfig,
+    SamplingParams,
+    run_episodes_async,
+)
 from evaluation.leaderboard import leaderboard
 from evaluation.store import Store, resolve_db_url
 from serving.errors import ModelAccessDenied

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from agent.config import ConfigModel, EnvId, History, ProtocolName, RetryPolicy, parse_seeds
-from agent.registration import DEFAULT_ENV_ID
+from agent.env import DEFAULT_ENV_ID
+from agent.runner import ConfigModel, EnvId, History, ProtocolName, RetryPolicy, parse_seeds
 
 DEFAULT_SEEDS = "0-63"
 DEFAULT_CONCURRENCY = 8

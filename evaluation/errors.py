@@ -3,7 +3,7 @@ at the CLI's boundary)."""
 
 from __future__ import annotations
 
-from agent.cli_boundary import EXIT_BAD_INPUT, EXIT_UNAVAILABLE
+from agent.cli import EXIT_BAD_INPUT, EXIT_UNAVAILABLE
 
 
 class EvalError(Exception):

@@ -19,15 +19,10 @@ import httpx
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import IntegrityError
 
-from agent.cli_boundary import EXIT_UNAVAILABLE
-from agent.config import EndpointConfig, SamplingParams
-from agent.env import ENV_SPEC_VERSION
-from agent.outage import EndpointWaits
-from agent.profiles import DEFAULT_PROFILE, AgentProfile
-from agent.protocol import get_protocol
-from agent.records import EpisodeRecord
-from agent.registration import get_variant
-from agent.runner import EpisodeSpec, run_endpoint_async
+from agent.cli import EXIT_UNAVAILABLE
+from agent.env import ENV_SPEC_VERSION, get_variant
+from agent.protocol import DEFAULT_PROFILE, AgentProfile, get_protocol
+from agent.runner import EndpointConfig, EndpointWaits, EpisodeRecord, EpisodeSpec, SamplingParams, run_endpoint_async
 from evaluation.config import EvalConfig
 from evaluation.errors import EndpointUnavailable, EvalError, UnknownRun  # noqa: F401 - also imported from here
 from evaluation.manifest import RunManifest, RunnerSettings

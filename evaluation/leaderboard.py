@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agent.records import is_scored
+from agent.runner import is_scored
 from evaluation.config import DEFAULT_SEEDS
 from evaluation.manifest import RunManifest
 from evaluation.stats import mcnemar_exact

@@ -15,8 +15,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, model_validator
 
-from agent.config import ConfigModel, EnvId, History, RetryPolicy, RunnerConfig, SamplingParams
 from agent.protocol import get_protocol
+from agent.runner import ConfigModel, EnvId, History, RetryPolicy, RunnerConfig, SamplingParams
 from serving.adapters import ModelId
 
 MANIFEST_VERSION = 2

@@ -19,8 +19,8 @@ from typing import Any
 import gymnasium as gym
 
 from agent import DEFAULT_ENV_ID, register_envs
+from agent.env import read_env
 from agent.protocol import get_protocol, user_message
-from agent.vlm_api import read_env
 
 FRAMES_FILE = Path(__file__).resolve().parents[1] / "serving" / "parity" / "frames.json"
 SEEDS = (0, 1, 2, 3)

@@ -12,8 +12,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from agent.records import EpisodeRecord
-from agent.replay import replay_frames
+from agent.runner import EpisodeRecord
+from agent.tools import replay_frames
 from evaluation.manifest import RunManifest
 from evaluation.served import served_step_of_run
 from evaluation.store import Store

@@ -38,12 +38,12 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from agent.records import EpisodeRecord, StopReason, is_scored
+from agent.runner import EpisodeRecord, StopReason, is_scored
 from evaluation.manifest import RunManifest
 
 DEFAULT_DB_PATH = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")) / "maze-gateway" / "results.db"
 
-# The stop reasons of episodes that count (agent.records.is_scored), for queries: an episode with
+# The stop reasons of episodes that count (agent.runner.records.is_scored), for queries: an episode with
 # any other is not done (a resume plays it again) and is replaced when it is.
 SCORED_STOP_REASONS = [r.value for r in StopReason if is_scored(r)]
 

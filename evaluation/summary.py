@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agent.records import is_scored
+from agent.runner import is_scored
 from evaluation.stats import pass_at_k, wilson_interval
 
 
@@ -44,7 +44,7 @@ class RetryReport(BaseModel):
     recovery_s: float | None = Field(
         None, description="longest wait of a retried request, first attempt to reply: the time to recover it saw")
     waited_s: float = Field(
-        0.0, description="seconds the run spent waiting for an unavailable or rate-limiting endpoint (agent.outage)")
+        0.0, description="seconds the run spent waiting for an unavailable or rate-limiting endpoint (agent.runner.outage)")
     outages: int = Field(0, description="periods in which at least one request waited for the endpoint")
     rate_limited: int = Field(0, description="429 answers waited out")
 

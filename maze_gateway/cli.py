@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 from pydantic import ValidationError
 
-from agent.cli_boundary import EXIT_BAD_INPUT, boundary_group
+from agent.cli import EXIT_BAD_INPUT, boundary_group
 
 
 def _error_of(exc: BaseException) -> tuple[int, str] | None:

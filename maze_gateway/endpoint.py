@@ -11,8 +11,8 @@ import logging
 
 import httpx
 
-from agent.config import RunnerConfig
-from agent.profiles import DEFAULT_PROFILE, AgentProfile
+from agent.protocol import DEFAULT_PROFILE, AgentProfile
+from agent.runner import RunnerConfig
 
 log = logging.getLogger(__name__)
 

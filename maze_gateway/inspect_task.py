@@ -46,15 +46,20 @@ from inspect_ai.scorer import (
 )
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
-from agent.config import DEFAULT_MAX_TOKENS, SamplingParams, parse_seeds
+from agent.env import DEFAULT_ENV_ID, get_variant, register_envs
 from agent.errors import PolicyError
-from agent.policies import PolicyReply
-from agent.profiles import AgentProfile
-from agent.protocol import Message
-from agent.records import EpisodeRecord, StopReason
-from agent.registration import DEFAULT_ENV_ID, get_variant, register_envs
-from agent.replay import replay_conversation
-from agent.runner import EpisodeSpec, run_episode_async
+from agent.protocol import AgentProfile, Message
+from agent.runner import (
+    DEFAULT_MAX_TOKENS,
+    EpisodeRecord,
+    EpisodeSpec,
+    PolicyReply,
+    SamplingParams,
+    StopReason,
+    parse_seeds,
+    run_episode_async,
+)
+from agent.tools import replay_conversation
 from maze_gateway.endpoint import gateway_profile, runner_config
 
 __all__ = ["InspectPolicy", "maze", "play_maze", "solved"]

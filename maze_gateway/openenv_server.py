@@ -25,11 +25,9 @@ from openenv.core.env_server import ConcurrencyConfig, Environment, create_fasta
 from openenv.core.env_server.types import EnvironmentMetadata
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.env import ENV_SPEC_VERSION
+from agent.env import DEFAULT_ENV_ID, ENV_SPEC_VERSION, VARIANTS, get_variant, read_env, register_envs
+from agent.maze import png_data_url
 from agent.protocol import TUPLE
-from agent.registration import DEFAULT_ENV_ID, VARIANTS, get_variant, register_envs
-from agent.render import png_data_url
-from agent.vlm_api import read_env
 from maze_gateway.openenv_types import MazeAction, MazeObservation, MazeState
 
 DEFAULT_PORT = 8010

@@ -12,7 +12,7 @@ from typing import Any
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
-from agent.registration import DEFAULT_ENV_ID
+from agent.env import DEFAULT_ENV_ID
 
 #: Longest action text accepted: a reply is a handful of tokens, and the text is parsed with
 #: ``ast.literal_eval``, whose cost grows with the input (the prompt protocol's parser bounds it too).

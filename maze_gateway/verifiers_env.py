@@ -28,13 +28,18 @@ from verifiers.v1.configs.client import resolve_api_key
 from verifiers.v1.dialects.chat import message_to_wire
 from verifiers.v1.types import AssistantMessage
 
-from agent.config import DEFAULT_MAX_TOKENS, SamplingParams, parse_seeds
+from agent.env import DEFAULT_ENV_ID, get_variant, register_envs
 from agent.errors import PolicyError
-from agent.policies import PolicyReply
 from agent.protocol import Message
-from agent.records import StopReason
-from agent.registration import DEFAULT_ENV_ID, get_variant, register_envs
-from agent.runner import EpisodeSpec, run_episode_async
+from agent.runner import (
+    DEFAULT_MAX_TOKENS,
+    EpisodeSpec,
+    PolicyReply,
+    SamplingParams,
+    StopReason,
+    parse_seeds,
+    run_episode_async,
+)
 from maze_gateway.endpoint import gateway_profile, runner_config
 
 __all__ = ["MazeData", "MazeEnvConfig", "MazeHarness", "MazeHarnessConfig", "MazeTask", "MazeTaskset",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The wheels training/tiny/run_gpu.sh installs on a GPU machine that has torch, transformers and peft
+# The wheels training/tiny/gpu/run.sh installs on a GPU machine that has torch, transformers and peft
 # but no internet and not this project's other needs (pydantic, gymnasium), pinned to the
 # transformers/peft versions the shipped models were made with. Pure-python except pydantic-core
 # (cp312, x86-64 manylinux). Usage: scripts/gpu_wheels.sh [DIR] (default .whl); then carry DIR.

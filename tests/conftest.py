@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent.demo import scripted_server
+from agent.cli.demo import scripted_server
 
 DATA = Path(__file__).resolve().parent / "data"
 # Tests that start real services beyond a scripted server: the embedded stack (any test using the

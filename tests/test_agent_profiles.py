@@ -1,5 +1,5 @@
 """The gateway's profile check (serving.config.AgentProfileSpec, which imports no agent code) and
-the one profile parser (agent.profiles.AgentProfile) agree: whatever a gateway's config accepts,
+the one profile parser (agent.protocol.AgentProfile) agree: whatever a gateway's config accepts,
 and so reports in /v1/models, the agent parses to the same profile, with the same defaults."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from agent.profiles import DEFAULT_PROFILE, AgentProfile
+from agent.protocol import DEFAULT_PROFILE, AgentProfile
 from serving.config import CONFIG_DIR, AgentProfileSpec, load_config
 
 PROTOCOLS = ["tuple", "keyword", "tuple/v1", "keyword/v1", "tuple/v2", "other", ""]

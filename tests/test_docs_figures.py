@@ -399,8 +399,10 @@ def test_links_between_pages_resolve(page):
     assert not broken, f"{page.name}: broken links {broken}"
 
 
-PACKAGES = ("agent", "serving", "evaluation", "training", "training/cli", "training/skyrl", "training/tiny",
-            "maze_gateway")
+PACKAGES = ("agent", "agent/maze", "agent/protocol", "agent/env", "agent/runner", "agent/tools", "agent/cli", "serving",
+            "evaluation", "training", "training/cli", "training/skyrl", "training/tiny", "training/tiny/model",
+            "training/tiny/fastpath", "training/tiny/data", "training/tiny/policies", "training/tiny/trainers",
+            "training/tiny/diagnostics", "training/tiny/gpu", "maze_gateway")
 
 
 def test_architecture_names_every_module():

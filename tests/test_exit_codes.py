@@ -1,18 +1,12 @@
 """One exit-code table for every CLI: each of the project's errors maps to one code, whichever tool
-meets it (agent.cli_boundary.package_failure)."""
+meets it (agent.cli.boundary.package_failure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.cli_boundary import (
-    EXIT_BAD_INPUT,
-    EXIT_CONFLICT,
-    EXIT_FAILED,
-    EXIT_UNAVAILABLE,
-    exit_code_for_status,
-    package_failure,
-)
+from agent.cli import EXIT_BAD_INPUT, EXIT_CONFLICT, EXIT_FAILED, EXIT_UNAVAILABLE
+from agent.cli.boundary import exit_code_for_status, package_failure
 from evaluation.errors import EndpointUnavailable, EvalError, UnknownRun
 from serving import errors as se
 from serving.local.cluster import ClusterError

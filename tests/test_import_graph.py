@@ -1,5 +1,6 @@
-"""The product packages' import graph: acyclic, dependencies flow one way, and serving's rooms keep
-to their rules (code outside a room imports its face; each room imports only the rooms below it).
+"""The product packages' import graph: acyclic, dependencies flow one way, and the rooms of serving,
+agent and the lab (training/tiny) keep to their rules (code outside a room imports its face; each room
+imports only the rooms below it).
 
 Read from the source with ``ast`` (every import, lazy ones inside functions and those a face names
 for type checkers included), so the test needs none of the packages' dependencies.
@@ -87,7 +88,7 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_the_graph_sees_the_packages(graph):
-    assert {"agent.env", "serving.app", "evaluation.store", "training.spec", "training.tiny.sft"} <= set(graph)
+    assert {"agent.env.maze_2d", "serving.app", "evaluation.store", "training.spec", "training.tiny.trainers.sft"} <= set(graph)
     assert "training.spec" in graph["training.overrides"]  # edges are found
 
 
@@ -233,3 +234,112 @@ def _private_imports() -> list[str]:
 
 def test_no_module_imports_another_modules_private_name():
     assert _private_imports() == []
+
+
+# -- agent's and the lab's rooms -----------------------------------------------------------------------
+# What each room may import besides itself (and, in agent, the error root every room may use). Code
+# outside a room, in the package or in another one, imports the room's face.
+AGENT_RULES = {
+    "maze": set(),  # layouts, frames, actions: pure
+    "protocol": {"maze"},
+    "env": {"maze", "protocol"},
+    "runner": {"maze", "protocol", "env"},
+    "tools": {"maze", "protocol", "env", "runner"},
+    "cli": {"runner", "tools"},
+}
+LAB_RULES = {
+    "model": set(),
+    "fastpath": set(),
+    "policies": set(),
+    "data": {"fastpath"},
+    "trainers": {"model", "fastpath", "data", "policies"},
+    "diagnostics": {"model", "fastpath", "data", "policies", "trainers"},
+    "gpu": {"fastpath", "data", "policies"},
+}
+ROOMED = {"agent": AGENT_RULES, "training.tiny": LAB_RULES}
+
+
+def _package_room(module: str, package: str) -> str | None:
+    """The room of ``package`` that ``module`` belongs to; None outside the package, for its face and
+    for its top-level modules."""
+    if not module.startswith(package + "."):
+        return None
+    room = module[len(package) + 1:].split(".")[0]
+    return room if room in ROOMED[package] else None
+
+
+def _all_of(init: Path) -> set[str] | None:
+    """The names in an ``__init__.py``'s ``__all__`` (read from the source); None without one."""
+    for node in ast.parse(init.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(getattr(t, "id", "") == "__all__" for t in targets):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def test_agent_keeps_only_its_error_root_and_the_rooms_at_the_top():
+    top = {p.stem for p in (ROOT / "agent").glob("*.py")} - {"__init__"}
+    rooms = {p.name for p in (ROOT / "agent").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert top == {"errors"}
+    assert rooms == set(AGENT_RULES)
+
+
+def test_the_lab_keeps_no_module_at_the_top():
+    """A new lab module goes into the room of its role, not loose beside the rooms."""
+    lab = ROOT / "training" / "tiny"
+    assert {p.name for p in lab.glob("*.py")} == {"__init__.py"}
+    assert {p.name for p in lab.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == set(LAB_RULES)
+    assert (lab / "gpu" / "run.sh").is_file() and (lab / "gpu" / "configs").is_dir()
+
+
+@pytest.mark.parametrize("package", sorted(ROOMED))
+def test_each_room_has_a_face_with_a_docstring_and_its_public_names(package):
+    base = ROOT.joinpath(*package.split("."))
+    for init in [base / "__init__.py", *(base / room / "__init__.py" for room in ROOMED[package])]:
+        assert ast.get_docstring(ast.parse(init.read_text())), init
+        assert _all_of(init) is not None, init
+
+
+@pytest.mark.parametrize("package", sorted(ROOMED))
+def test_code_outside_an_agent_or_lab_room_imports_its_face(graph, package):
+    """``from agent.runner import EpisodeRecord``, never ``agent.runner.records`` from outside runner/,
+    in agent or in the packages that build on it (tests may reach into a room's files; product code
+    may not). A face may export a module as a namespace (``from training.tiny.trainers import grpo``)."""
+    base = ROOT.joinpath(*package.split("."))
+    exported = {f"{package}.{room}.{name}" for room in ROOMED[package] for name in _all_of(base / room / "__init__.py")}
+    crossings = {(m, t) for m, targets in graph.items() for t in targets
+                 if (room := _package_room(t, package)) and t != f"{package}.{room}"
+                 and _package_room(m, package) != room and t not in exported}
+    assert crossings == set()
+
+
+@pytest.mark.parametrize("package", sorted(ROOMED))
+def test_each_agent_and_lab_room_imports_only_the_rooms_below_it(graph, package):
+    rules = ROOMED[package]
+    broken = {}
+    for module, targets in graph.items():
+        room = _package_room(module, package)
+        if room is None:
+            continue
+        used = {_package_room(t, package) for t in targets} - {room, None}
+        if extra := used - rules[room]:
+            broken[module] = sorted(extra)
+    assert broken == {}
+
+
+def test_agents_error_root_and_faces_sit_where_they_should(graph):
+    """The error root imports no room (every room may use it); no room imports the package face,
+    which imports every room (and registers the envs)."""
+    assert not {t for t in graph["agent.errors"] if t.startswith("agent")}
+    assert {m for m, targets in graph.items() if _package_room(m, "agent") and "agent" in targets} == set()
+
+
+def test_the_labs_faces_load_their_modules_on_first_use():
+    """A lab face names its modules as strings (``lazy_exports``; imports for type checkers only), so
+    importing it pulls in no torch and ``python -m training.tiny.trainers.grpo`` does not import the
+    module twice (once through its face)."""
+    lab = ROOT / "training" / "tiny"
+    for init in [lab / "__init__.py", *(lab / room / "__init__.py" for room in LAB_RULES)]:
+        for node in ast.parse(init.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("training"):
+                assert node.module == "training.tiny" and [a.name for a in node.names] == ["lazy_exports"], init

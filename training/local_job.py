@@ -1,7 +1,7 @@
 """Run a training spec with the project's own GRPO trainer (``maze-train submit --trainer local``).
 
 The Ray job's entrypoint is ``python -m training.local_job <spec as base64 JSON>``: it maps the
-SkyRL-vocabulary spec onto :class:`training.tiny.grpo_local.GRPOConfig` and trains on whatever device
+SkyRL-vocabulary spec onto :class:`training.tiny.trainers.GRPOConfig` and trains on whatever device
 the job landed on (CUDA if present, else CPU). Checkpoints resume from
 ``{ckpt_path}/latest_ckpt_global_step.txt`` like SkyRL's ``resume_mode=latest``.
 """
@@ -66,12 +66,12 @@ def main(argv: list[str] | None = None) -> None:
     spec = TrainSpec.model_validate(json.loads(base64.urlsafe_b64decode(args[0])))
     import torch
 
-    from training.tiny.grpo_local import GRPOConfig, train
+    from training.tiny.trainers import GRPOConfig, grpo
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     cfg = GRPOConfig.model_validate(to_grpo_config(spec, device))
     log.info("local GRPO for %s on %s: %d steps", spec.name, device, cfg.max_steps)
-    summary = train(cfg)
+    summary = grpo.train(cfg)
     log.info("finished at step %s", summary.get("global_step"))
 
 

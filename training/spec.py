@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from agent.config import ConfigModel, EnvId, ProtocolName
+from agent.runner import ConfigModel, EnvId, ProtocolName
 from training.skyrl.dataset import EVAL_FILE, TRAIN_FILE
 from training.skyrl.keys import SKYRL_VERSION, unknown_keys
 from training.skyrl.names import RECIPE_PROTOCOLS, VISGYM_ENV_CLASS, RewardMode

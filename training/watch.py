@@ -33,8 +33,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from agent.cli_boundary import EXIT_BAD_INPUT
-from agent.config import ConfigModel
+from agent.cli import EXIT_BAD_INPUT
+from agent.runner import ConfigModel
 from training.checkpoints import ExportStep, list_steps
 from training.errors import TrainingError
 from training.publishing import publish

@@ -49,8 +49,7 @@ CONCURRENCY = (1, 8, 32)
 
 def maze_png_url() -> str:
     """Frame of maze_2d/simple seed 0 as the runner sends it (a data: URL)."""
-    from agent.mazes import generate_from_seed
-    from agent.render import png_data_url, render_frame
+    from agent.maze import generate_from_seed, png_data_url, render_frame
 
     m = generate_from_seed(7, 7, 0)
     return png_data_url(render_frame(m.grid, m.start, m.goal))

@@ -17,9 +17,7 @@ from typing import Any
 
 import httpx
 
-from agent.config import EndpointConfig, RunnerConfig
-from agent.policies import EPISODE_SESSION, OpenAIPolicy
-from agent.runner import run_episodes_async
+from agent.runner import EPISODE_SESSION, EndpointConfig, OpenAIPolicy, RunnerConfig, run_episodes_async
 
 #: One recorded episode: its requests' messages in order, each with the reply's token count.
 Episode = list[tuple[list[dict[str, Any]], int]]

@@ -1,7 +1,7 @@
 """The embedded gateway stack for benchmarks and tests: model assets and a config on free ports.
 
 Uses the delivered ``models/maze-tiny`` (+ ``models/maze-grpo``) when present, else an untrained
-model and random LoRA adapters built with ``training.tiny.model_builder`` into a cache folder
+model and random LoRA adapters built with ``training.tiny.model.builder`` into a cache folder
 (``~/.cache/maze-gateway/dev``, ~10 s once). Extra random adapters for the same base are always
 built there (tests push them during the run).
 """
@@ -30,7 +30,7 @@ class Assets:
 
 def dev_assets(n_extra: int = 8) -> Assets:
     """Base model folder, the adapters to seed, and ``n_extra`` further random adapters."""
-    from training.tiny.model_builder import BuilderConfig, build_model
+    from training.tiny.model import BuilderConfig, build_model
 
     shipped_base = REPO_ROOT / "models" / "maze-tiny"
     if (shipped_base / "config.json").is_file() and (REPO_ROOT / "models" / "maze-grpo" / "adapter_config.json").is_file():
@@ -50,7 +50,7 @@ def dev_assets(n_extra: int = 8) -> Assets:
 
 
 def _lora(base: Path, out: Path, seed: int) -> Path:
-    from training.tiny.model_builder import build_random_lora
+    from training.tiny.model import build_random_lora
 
     if not (out / "adapter_model.safetensors").is_file():
         build_random_lora(base, out, rank=8, seed=seed)

@@ -3,7 +3,7 @@
 Without a subcommand the root command runs an evaluation (:mod:`~evaluation.cli.run`: progress bar,
 summary); one module per subcommand: :mod:`~evaluation.cli.leaderboard` (leaderboard and served
 curves), :mod:`~evaluation.cli.compare` (two runs paired on seeds) and :mod:`~evaluation.cli.report`
-(HTML reports). Exit codes (stable; agent.cli_boundary's table): 0 done, 1 run incomplete (errored episodes
+(HTML reports). Exit codes (stable; agent.cli.boundary's table): 0 done, 1 run incomplete (errored episodes
 remain; ``--resume`` retries them) or an unexpected error, 2 bad input (options, unknown run,
 results database path or URL, no permission), 3 endpoint, model or results database unavailable
 (the embedded gateway could not start, e.g. its port is taken), 130 interrupted. Every failure is one line on stderr (with
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import click
 
-from agent.cli_boundary import boundary_group
+from agent.cli import boundary_group
 from evaluation.cli import compare, leaderboard, report, run
 from evaluation.errors import database_failure
 

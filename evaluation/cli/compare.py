@@ -7,7 +7,7 @@ import json
 import click
 from rich.console import Console
 
-from agent.cli_boundary import json_option
+from agent.cli import json_option
 from evaluation.cli.common import open_store
 from evaluation.errors import UnknownRun
 from evaluation.leaderboard import compare

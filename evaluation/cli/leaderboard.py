@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from agent.cli_boundary import json_option
+from agent.cli import json_option
 from evaluation.cli.common import open_store, pct, tokens
 from evaluation.config import DEFAULT_SEEDS
 from evaluation.leaderboard import leaderboard

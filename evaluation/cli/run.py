@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from agent.cli_boundary import EXIT_INCOMPLETE, EXIT_OK
-from agent.outage import EndpointWaits
+from agent.cli import EXIT_INCOMPLETE, EXIT_OK
+from agent.runner import EndpointWaits
 from evaluation.cli.common import pct, tokens
 from evaluation.config import EvalConfig
 from evaluation.errors import EvalError

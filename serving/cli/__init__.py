@@ -1,6 +1,6 @@
 """``maze-serve``: run the gateway (up/down/status, or a local multi-node cluster), render its manifest, manage adapters.
 
-Exit codes (agent.cli_boundary's table; serving's errors map by their HTTP status): 0 ok; 1 the
+Exit codes (agent.cli's table; serving's errors map by their HTTP status): 0 ok; 1 the
 embedded stack could not start or stop (port taken, model missing, not ready), `status` not
 ready, or an unexpected error; 2 bad input (invalid adapter, bad name or version, bad canary
 weight, bad config, no permission or a key a gateway refused (401, 403, 429), missing file); 3
@@ -20,7 +20,7 @@ import logging
 
 import click
 
-from agent.cli_boundary import boundary_group
+from agent.cli import boundary_group
 from serving.cli import adapters, cluster, stack, usage
 from serving.cli.common import error_of
 

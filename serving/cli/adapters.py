@@ -9,7 +9,7 @@ import os
 
 import click
 
-from agent.cli_boundary import json_option
+from agent.cli import json_option
 from serving.cli import placement
 from serving.cli.common import config_of, gateway_options, store_of
 from serving.errors import BadAdapterName, BadRequest

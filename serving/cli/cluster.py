@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from agent.cli_boundary import EXIT_FAILED, EXIT_OK
+from agent.cli import EXIT_FAILED, EXIT_OK
 from serving.cli.common import config_of
 
 

@@ -6,7 +6,7 @@ import click
 import yaml
 from pydantic import ValidationError
 
-from agent.cli_boundary import EXIT_BAD_INPUT
+from agent.cli import EXIT_BAD_INPUT
 from serving.adapters import AdapterStore, export_s3_env
 from serving.config import ServingConfig, load_config
 from serving.errors import BadConfig, BadRequest

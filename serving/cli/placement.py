@@ -9,7 +9,7 @@ import json
 
 import click
 
-from agent.cli_boundary import json_option
+from agent.cli import json_option
 from serving.cli.common import config_of, s3_store
 from serving.placement import PIN_REFRESH_S, PlacementStore, where_rows
 

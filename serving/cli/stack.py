@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from agent.cli_boundary import EXIT_FAILED, EXIT_OK, json_option
+from agent.cli import EXIT_FAILED, EXIT_OK, json_option
 from serving.cli.common import config_of
 from serving.errors import BadConfig, ServingError
 

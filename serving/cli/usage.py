@@ -6,7 +6,7 @@ import json
 
 import click
 
-from agent.cli_boundary import json_option
+from agent.cli import json_option
 from serving.cli.common import gateway_options
 from serving.errors import BadRequest
 

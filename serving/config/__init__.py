@@ -41,7 +41,7 @@ def is_loopback(host: str) -> bool:
 
 class AgentProfileSpec(SectionModel):
     """How the agent must talk to this base model (what it was trained with), as ``/v1/models``
-    reports it. Clients parse it with ``agent.profiles.AgentProfile``, the one profile parser; the
+    reports it. Clients parse it with ``agent.protocol.AgentProfile``, the one profile parser; the
     gateway imports no agent code, so this only checks the same shape (a subset of what the parser
     accepts, with the same defaults; tests/test_agent_profiles.py keeps the two in step)."""
 

@@ -99,8 +99,8 @@ def check_models(cfg: ServingConfig) -> None:
         if looks_local and not Path(m.resolved_source()).is_dir():
             raise EmbeddedError(
                 f"base model {m.id!r} not found at {m.resolved_source()}. The embedded gateway serves the project's "
-                f"small maze VLM: train it (training/tiny/sft.py writes models/maze-tiny), or build an untrained one with "
-                f"`python -m training.tiny.model_builder --out models/maze-tiny`, or pass -c CONFIG pointing elsewhere."
+                f"small maze VLM: train it (training/tiny/trainers/sft.py writes models/maze-tiny), or build an untrained one with "
+                f"`python -m training.tiny.model.builder --out models/maze-tiny`, or pass -c CONFIG pointing elsewhere."
             )
 
 

@@ -8,9 +8,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agent  # noqa: F401  (registers the ids)
-from agent.env import Feedback, MazeEnv, validate_action
-from agent.mazes import shortest_path
-from agent.registration import VARIANTS
+from agent.env import VARIANTS, MazeEnv
+from agent.maze import Feedback, shortest_path, validate_action
 
 MAZE0 = ["#######", "#...#.#", "#.###.#", "#.....#", "###.###", "#.....#", "#######"]
 

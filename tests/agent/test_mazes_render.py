@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from agent.mazes import MOVES, check_size, generate_from_seed, grid_to_rows, shortest_path
-from agent.render import disc_mask, render_frame
+from agent.maze import MOVES, check_size, generate_from_seed, grid_to_rows, render_frame, shortest_path
+from agent.maze.render import disc_mask
 
 
 def sha(frame: np.ndarray) -> str:

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from agent.profiles import DEFAULT_PROFILE, AgentProfile, load_profile
-from agent.protocol import HistoryPolicy
+from agent.protocol import DEFAULT_PROFILE, AgentProfile, HistoryPolicy, load_profile
 
 
 def test_profile_from_model_folder(tmp_path):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.mazes import generate_from_seed
+from agent.maze import decode_data_url, generate_from_seed, render_frame
 from agent.protocol import KEYWORD, TUPLE, HistoryPolicy, get_protocol, protocol_corpus, user_message
-from agent.render import decode_data_url, render_frame
 
 
 @pytest.mark.parametrize(

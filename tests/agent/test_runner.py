@@ -223,7 +223,7 @@ def test_runner_config_rejects_bad_values():
 def test_each_episode_has_one_session_key_of_its_own():
     """The runner names each episode once (OpenAIPolicy sends it as X-Session-Id, which a gateway's
     canary split keys on): every turn of an episode sees the same key, concurrent episodes differ."""
-    from agent.policies import EPISODE_SESSION
+    from agent.runner import EPISODE_SESSION
 
     seen: list[tuple[int, str | None]] = []
 

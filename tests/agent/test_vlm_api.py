@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 import agent
-from agent.config import RunnerConfig
-from agent.env import Feedback, MazeEnv
-from agent.mazes import MOVES, generate_from_seed, shortest_path
-from agent.policies import bfs_policy, read_frame
-from agent.render import AGENT_RGB, CELL_PX, FLOOR_RGB, GOAL_RGB
-from agent.runner import EpisodeSpec, run_episode
+from agent.env import MazeEnv
+from agent.maze import AGENT_RGB, CELL_PX, GOAL_RGB, MOVES, Feedback, generate_from_seed, shortest_path
+from agent.maze.render import FLOOR_RGB
+from agent.runner import EpisodeSpec, RunnerConfig, bfs_policy, run_episode
+from agent.runner.policies import read_frame
 from tests.agent.visgym_standin import VisGymStandIn
 
 SEEDS = range(64)

@@ -4,7 +4,7 @@ When VisGym is installed as ``gymnasium`` it registers ``maze_2d/easy`` and ``ma
 itself. Its env has only the VLM env API: text actions (a tuple object cannot be parsed), the
 info keys ``agent``/``target``/``maze_map``/``distance``/``env_feedback`` with VisGym's
 sentences, ``maze_width``/``maze_height``, and none of this project's attributes (``size``,
-``grid``, ``feedback_code``). The mazes come from :mod:`agent.mazes`, which draws them as VisGym
+``grid``, ``feedback_code``). The mazes come from :mod:`agent.maze.layouts`, which draws them as VisGym
 does; everything the runner or the skyrl-gym env may read is limited to what VisGym offers.
 """
 
@@ -16,8 +16,7 @@ from typing import ClassVar
 import gymnasium as gym
 import numpy as np
 
-from agent.mazes import MOVES, generate
-from agent.render import render_frame
+from agent.maze import MOVES, generate, render_frame
 
 
 class VisGymStandIn(gym.Env):

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import uvicorn
 
-from agent.scripted_server import create_app
+from agent.tools.scripted_server import create_app
 from evaluation import EvalConfig, evaluate
 from evaluation.api import router
 from tests.support.net_trap import ConnectionTrap

@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from agent.cli_boundary import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE
+from agent.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE
 from evaluation.cli import main
 
 

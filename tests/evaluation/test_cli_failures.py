@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli_boundary import EXIT_BAD_INPUT, EXIT_UNAVAILABLE
+from agent.cli import EXIT_BAD_INPUT, EXIT_UNAVAILABLE
 from serving.config import ServingConfig
 from tests.support.cli import assert_json_error, assert_one_line, closed_port, run_cli
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from agent.demo import scripted_server, scripted_server_process
+from agent.cli.demo import scripted_server, scripted_server_process
 from evaluation import EvalConfig, Store, compare, evaluate, leaderboard
 from evaluation.cli import main as cli
 from evaluation.errors import EndpointUnavailable

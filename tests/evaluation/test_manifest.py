@@ -7,8 +7,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from agent.config import RetryPolicy
 from agent.protocol import HistoryPolicy
+from agent.runner import RetryPolicy
 from evaluation import Store
 from evaluation.manifest import RunManifest, RunnerSettings
 from evaluation.store import runs

@@ -18,11 +18,10 @@ import sys
 import gymnasium as gym
 from openenv.core.generic_client import GenericEnvClient
 
-from agent.policies import solver_reply
+from agent.env import get_variant, read_env, register_envs
+from agent.maze import decode_data_url, png_data_url
 from agent.protocol import TUPLE, user_message
-from agent.registration import get_variant, register_envs
-from agent.render import decode_data_url, png_data_url
-from agent.vlm_api import read_env
+from agent.runner import solver_reply
 
 VARIANT = "maze_2d/simple"
 MAX_STEPS = 100

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agent.profiles import DEFAULT_PROFILE
+from agent.protocol import DEFAULT_PROFILE
 from maze_gateway.endpoint import gateway_profile, runner_config
 
 from .venvs import inspect_eval, inspect_log, vf_episodes, vf_eval

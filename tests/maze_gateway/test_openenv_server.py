@@ -18,8 +18,8 @@ import gymnasium as gym
 import httpx
 import pytest
 
+from agent.maze import decode_data_url
 from agent.protocol import TUPLE
-from agent.render import decode_data_url
 
 from .conftest import maze_env_server
 from .venvs import ROOT, venv_env

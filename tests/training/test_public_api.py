@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -16,11 +17,28 @@ def test_every_public_name_of_the_launcher_resolves():
         training.__all__)
 
 
+LAB_ROOMS = ("model", "fastpath", "data", "policies", "trainers", "diagnostics", "gpu")
+
+
 def test_every_public_name_of_the_lab_resolves():
     from training import tiny
 
     assert all(getattr(tiny, name) is not None for name in tiny.__all__)
-    assert sorted(tiny.__all__) == sorted(tiny._EXPORTS)  # each public name has its module
+    named = {name for names in tiny._LAZY.values() for name in names}
+    assert sorted(tiny.__all__) == sorted(named | {"lazy_exports"})  # each public name has its module
+    for room in LAB_ROOMS:
+        face = importlib.import_module(f"training.tiny.{room}")
+        assert all(getattr(face, name) is not None for name in face.__all__), room
+
+
+def test_the_labs_faces_import_none_of_their_modules():
+    """Importing a lab face loads no torch and none of the room's modules, so ``python -m`` runs a
+    room module once (runpy warns when the package already imported it)."""
+    faces = ", ".join(f"training.tiny.{room}" for room in LAB_ROOMS)
+    code = (f"import sys, {faces}; "
+            "loaded = [m for m in sys.modules if m == 'torch' or m.count('.') > 2 and m.startswith('training.tiny.')]; "
+            "assert not loaded, loaded")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_the_launcher_and_its_cli_load_neither_the_lab_nor_torch():

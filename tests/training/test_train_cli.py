@@ -69,7 +69,7 @@ def test_example_spec_is_a_valid_local_run():
     starting adapter and every third step exported, the served 64 mazes held out of training."""
     from training import TrainSpec
     from training.local_job import to_grpo_config
-    from training.tiny.grpo_local import GRPOConfig
+    from training.tiny.trainers import GRPOConfig
 
     spec = TrainSpec.from_file(Path(__file__).resolve().parents[2] / "training/examples/tiny-local.yaml")
     cfg = GRPOConfig(**to_grpo_config(spec, "cpu"))

@@ -3,7 +3,7 @@
 One module per command group: :mod:`~training.cli.prepare` (render, spec, dataset, manifests; no
 cluster), :mod:`~training.cli.jobs` (submit, status, list, stop, logs), :mod:`~training.cli.curves`
 (sync), :mod:`~training.cli.publish` (checkpoints, publish) and :mod:`~training.cli.watch` (watch:
-every exported step published, served and scored). Exit codes (agent.cli_boundary's table): 0
+every exported step published, served and scored). Exit codes (agent.cli.boundary's table): 0
 done, 1 failed (or a watch's scoring run incomplete), 2 bad input (spec, options, unknown job,
 missing file, no permission), 3 cluster, S3 or results database unavailable, 4 adapter not found or
 already published, 130 interrupted. Every failure is one line on stderr; ``--verbose`` adds the
@@ -18,7 +18,7 @@ import click
 import yaml
 from pydantic import ValidationError
 
-from agent.cli_boundary import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, boundary_group
+from agent.cli import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, boundary_group
 from training.cli import curves, jobs, prepare, publish, watch
 
 

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from agent.cli_boundary import EXIT_FAILED, EXIT_OK, json_option
+from agent.cli import EXIT_FAILED, EXIT_OK, json_option
 from training.cli.common import ADDRESS, DB, SPEC_ARG, job_client, load_spec, quiet_ray_client
 from training.cli.curves import record_points
 from training.errors import InvalidSpec

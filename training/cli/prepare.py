@@ -9,7 +9,7 @@ import click
 import yaml
 from pydantic import ValidationError
 
-from agent.cli_boundary import json_option
+from agent.cli import json_option
 from training.cli.common import SPEC_ARG, load_spec
 from training.errors import InvalidSpec
 from training.k8s import write_manifests

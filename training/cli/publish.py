@@ -6,7 +6,7 @@ import json
 
 import click
 
-from agent.cli_boundary import json_option
+from agent.cli import json_option
 from training.checkpoints import list_steps
 from training.errors import PublishError
 from training.publishing import publish as publish_step

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.config import EnvId
-from agent.registration import DEFAULT_ENV_ID
+from agent.env import DEFAULT_ENV_ID
+from agent.runner import EnvId
 from training.skyrl.names import VISGYM_ENV_CLASS
 
 log = logging.getLogger(__name__)

@@ -30,11 +30,9 @@ from skyrl_gym.envs import deregister, register
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
 from skyrl_gym.envs.registration import registry
 
-from agent.actions import feedback_code
-from agent.env import MazeEnv
+from agent.env import DEFAULT_ENV_ID, ENV_ENTRY_POINT, MazeEnv, get_variant, read_env, register_envs
+from agent.maze import feedback_code
 from agent.protocol import get_protocol, user_message
-from agent.registration import DEFAULT_ENV_ID, get_variant, register_envs
-from agent.vlm_api import read_env
 from training.skyrl import recipes
 from training.skyrl.names import ENTRY_POINT, ENV_CLASS, RECIPE_PROTOCOLS, REWARD_MODES, VISGYM_ENV_CLASS, RewardMode
 
@@ -67,7 +65,7 @@ def resolve_options(reward: str, protocol: str | None) -> str:
 
 def _make_env(env_id: str, relaxed: bool) -> gym.Env:
     register_envs()
-    kwargs = {"relaxed": True} if relaxed and gym.spec(env_id).entry_point == "agent.env:MazeEnv" else {}
+    kwargs = {"relaxed": True} if relaxed and gym.spec(env_id).entry_point == ENV_ENTRY_POINT else {}
     # The turn limit is this wrapper's (parse failures count as turns), so take the bare env.
     return gym.make(env_id, disable_env_checker=True, **kwargs).unwrapped
 

@@ -18,7 +18,7 @@ import ast
 import re
 from collections.abc import Sequence
 
-from agent.actions import KEYWORD_ACTIONS
+from agent.maze import KEYWORD_ACTIONS
 
 TASK_REWARD_COEFF = 0.8
 FORMAT_REWARD_COEFF = 0.2

@@ -20,7 +20,7 @@ def test_up_without_the_model_says_how_to_get_it(tmp_path, monkeypatch):
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(d))
     result = CliRunner().invoke(main, ["-c", str(tmp_path / "cfg.yaml"), "up"])
     assert result.exit_code == 1
-    assert "not found" in result.output and "training.tiny.model_builder" in result.output
+    assert "not found" in result.output and "training.tiny.model.builder" in result.output
     status = CliRunner().invoke(main, ["status", "--json"])
     assert status.exit_code == 1 and json.loads(status.output)["running"] is False
 

@@ -15,8 +15,7 @@ import httpx
 import pytest
 
 from agent import EndpointConfig, RunnerConfig, SamplingParams
-from agent.policies import EPISODE_SESSION, OpenAIPolicy
-from agent.runner import run_episodes_async
+from agent.runner import EPISODE_SESSION, OpenAIPolicy, run_episodes_async
 from evaluation import EvalConfig, Store, compare, evaluate
 from serving.adapters import serves_canary
 from tests.support.gateway_stack import KEY, image_messages  # the `stack` fixture lives in conftest.py

@@ -2,7 +2,7 @@
 
 The colocated replica (ingress and engine in one Serve replica, listening on the gateway's port) is
 SIGKILLed while ``maze-eval --adapter maze-grpo`` plays; Serve starts a new one, which loads the
-model and the adapter again. Meanwhile the runner waits (agent.outage: connection failures and 503s
+model and the adapter again. Meanwhile the runner waits (agent.runner.outage: connection failures and 503s
 are waited out, the gateway's /ready polled once for all episodes), so the run completes by itself:
 24 episodes (the kill lands after 4 with 8 in flight and 12 not started), none errored, every seed's
 outcome the single-node gateway's (models/scores_gateway.json), the wait reported.

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from agent.mazes import generate_from_seed
+from agent.maze import generate_from_seed
 from training.skyrl.dataset import DatasetConfig, write_datasets
 from training.skyrl.env import MazeTextEnv
 

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import skyrl_gym
 
-from agent.config import RunnerConfig
-from agent.mazes import MOVES, generate_from_seed, shortest_path
+from agent.maze import MOVES, generate_from_seed, shortest_path
 from agent.protocol import get_protocol
-from agent.runner import run_episode
+from agent.runner import RunnerConfig, run_episode
 from training.skyrl.env import ENV_CLASS, VISGYM_ENV_CLASS, MazeTextEnv, register_skyrl_envs
 
 PLACEHOLDER = [{"role": "user", "content": "placeholder"}]

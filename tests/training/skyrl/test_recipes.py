@@ -8,8 +8,7 @@ import gymnasium as gym
 import pytest
 import skyrl_gym
 
-from agent.env import Feedback
-from agent.mazes import MOVES, generate_from_seed, shortest_path
+from agent.maze import MOVES, Feedback, generate_from_seed, shortest_path
 from agent.protocol import KEYWORD
 from training.skyrl.env import MazeTextEnv, register_skyrl_envs
 from training.skyrl.recipes import (

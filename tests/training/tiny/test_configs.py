@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from training.tiny.demos import DemoConfig
-from training.tiny.grpo_config import GRPOConfig
-from training.tiny.model_builder import BuilderConfig
-from training.tiny.sft import SFTConfig
+from training.tiny.data import DemoConfig
+from training.tiny.model import BuilderConfig
+from training.tiny.trainers import GRPOConfig, SFTConfig
 
 
 @pytest.mark.parametrize("model", [GRPOConfig, SFTConfig, DemoConfig, BuilderConfig])
@@ -17,6 +16,6 @@ def test_every_lab_config_field_has_a_description(model):
 
 
 def test_grpo_config_is_importable_from_the_trainer():
-    from training.tiny import grpo_local
+    from training.tiny.trainers import grpo
 
-    assert grpo_local.GRPOConfig is GRPOConfig
+    assert grpo.GRPOConfig is GRPOConfig

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.tiny.demos import DemoConfig, demo_stream
+from training.tiny.data import DemoConfig, demo_stream
 from training.tiny.fastpath import (
     FastQwen3VL,
     FrameBank,
@@ -17,7 +17,7 @@ from training.tiny.fastpath import (
     make_codec,
     to_openai_messages,
 )
-from training.tiny.hf_policy import message_images
+from training.tiny.policies import message_images
 
 TINY = Path(__file__).resolve().parents[3] / "models" / "maze-tiny"
 

@@ -1,4 +1,4 @@
-"""The GRPO diagnostics: detour counting (training.tiny.group_signal) and the ablation plot (training.tiny.plots)."""
+"""The GRPO diagnostics: detour counting (training.tiny.diagnostics.grpo_signal) and the ablation plot (training.tiny.diagnostics.plots)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.mazes import MazeLayout, detour_moves, grid_from_rows
-from training.tiny.group_signal import measure
-from training.tiny.plots import plot_sft_runs, plot_variants
+from agent.maze import MazeLayout, detour_moves, grid_from_rows
+from training.tiny.diagnostics.grpo_signal import measure
+from training.tiny.diagnostics.plots import plot_sft_runs, plot_variants
 
 MODELS = Path(__file__).resolve().parents[3] / "models"
 
@@ -78,9 +78,9 @@ def test_group_signal_measures_the_shipped_pair_on_two_seeds():
 
 
 def test_catalog_tasks_are_the_768_layouts_the_seeds_draw_from():
-    from agent.mazes import generate_from_seed
+    from agent.maze import generate_from_seed
+    from training.tiny.diagnostics.task_sweep import task_key
     from training.tiny.fastpath import FrameCatalog
-    from training.tiny.task_sweep import task_key
 
     tasks = FrameCatalog(7).tasks()
     keys = {task_key(t) for t in tasks}
@@ -91,10 +91,10 @@ def test_catalog_tasks_are_the_768_layouts_the_seeds_draw_from():
 
 @pytest.mark.slow
 def test_task_sweep_scores_tasks_and_splits_them():
-    from agent.mazes import generate_from_seed
-    from training.tiny.fast_policy import FastPolicy
+    from agent.maze import generate_from_seed
+    from training.tiny.diagnostics import FastPolicy
+    from training.tiny.diagnostics.task_sweep import sweep, task_key
     from training.tiny.fastpath import FrameCatalog
-    from training.tiny.task_sweep import sweep, task_key
 
     policy = FastPolicy.load(MODELS / "maze-tiny", MODELS / "maze-grpo")
     # seed 0 and 1's tasks (maze-grpo solves both, models/scores_hf.json) and seed 30's detour one
@@ -107,7 +107,7 @@ def test_task_sweep_scores_tasks_and_splits_them():
 
 
 def test_plot_sweep_draws_the_shipped_sweep(tmp_path):
-    from training.tiny.plots import plot_sweep
+    from training.tiny.diagnostics.plots import plot_sweep
 
     results = json.loads((MODELS / "curves" / "task_sweep.json").read_text())
     assert [r["model"] for r in results] == ["maze-tiny", "maze-grpo"]
@@ -119,7 +119,7 @@ def test_plot_sweep_draws_the_shipped_sweep(tmp_path):
 
 
 def test_lineage_joins_continued_runs_at_their_picks(tmp_path):
-    from training.tiny.plots import lineage
+    from training.tiny.diagnostics.plots import lineage
 
     def write(name, steps):
         path = tmp_path / name
@@ -141,7 +141,7 @@ def test_lineage_joins_continued_runs_at_their_picks(tmp_path):
 
 
 def _hf_score(model: str) -> dict:
-    """The shipped model's row of models/scores_hf.json (``python -m training.tiny.score``)."""
+    """The shipped model's row of models/scores_hf.json (``python -m training.tiny.diagnostics.hf_scores``)."""
     return next(s for s in json.loads((MODELS / "scores_hf.json").read_text()) if s["model"] == model)
 
 
@@ -154,7 +154,7 @@ def test_training_curve_ends_at_the_shipped_adapters_score():
 
 
 def test_task_sweep_json_keeps_the_models_not_swept_again(tmp_path):
-    from training.tiny.task_sweep import merge_results
+    from training.tiny.diagnostics.task_sweep import merge_results
 
     path = tmp_path / "sweep.json"
     assert merge_results(path, [{"model": "maze-grpo", "v": 1}]) == [{"model": "maze-grpo", "v": 1}]

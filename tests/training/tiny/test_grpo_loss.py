@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.mazes import generate_from_seed
-from training.tiny.grpo_local import GRPOConfig, HardMazes, group_advantages, loss_items
-from training.tiny.rollout import Episode, Turn
+from agent.maze import generate_from_seed
+from training.tiny.fastpath import Episode, Turn
+from training.tiny.trainers import GRPOConfig
+from training.tiny.trainers.grpo import HardMazes
+from training.tiny.trainers.grpo_loss import group_advantages, loss_items
 
 
 def _episode(turns: int, tokens_per_turn: int = 2) -> Episode:

@@ -6,7 +6,8 @@ import json
 import os
 import tarfile
 
-from training.tiny.grpo_select import TASKS_METRIC, main, pack, pick
+from training.tiny.trainers import TASKS_METRIC
+from training.tiny.trainers.grpo_select import main, pack, pick
 
 
 def _run(root, name: str, rates: dict[int, float], ckpt_bytes: int):

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from training.tiny.demos import DEFAULT_HISTORY, DEFAULT_PROTOCOL, read_profile, write_profile
+from training.tiny.data import read_profile, write_profile
+from training.tiny.data.demos import DEFAULT_HISTORY, DEFAULT_PROTOCOL
 
 
 def test_written_profile_reads_back_with_its_env(tmp_path):

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from agent.mazes import MOVES, generate, generate_from_seed, shortest_path
+from agent.maze import MOVES, generate, generate_from_seed, shortest_path
 from agent.protocol import get_protocol
-from training.tiny.demos import DemoConfig, demo_episode, toward_goal_move
+from training.tiny.data import DemoConfig
+from training.tiny.data.demos import demo_episode, toward_goal_move
 from training.tiny.fastpath import FrameCatalog
 
 
@@ -61,7 +62,7 @@ def test_solver_share_draws_the_target_per_turn():
 
 
 def test_sft_flags_are_validated_before_training(tmp_path):
-    from training.tiny.sft import main
+    from training.tiny.trainers.sft import main
 
     with pytest.raises(ValidationError, match="solver_share"):
         main(["--init", "models/maze-tiny", "--out", str(tmp_path), "--solver-share", "1.5"])

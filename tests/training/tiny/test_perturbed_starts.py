@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.mazes import MOVES, generate_from_seed
+from agent.maze import MOVES, generate_from_seed
 from agent.protocol import get_protocol
-from training.tiny.fastpath import FrameCatalog, frame_url
-from training.tiny.grpo_local import GRPOConfig
-from training.tiny.grpo_local import train as grpo_train
-from training.tiny.perturbed_starts import perturbed_episode, perturbed_group, random_walk
-from training.tiny.rollout import RolloutSettings, play, play_on
+from training.tiny.data import perturbed_group
+from training.tiny.data.perturbed_starts import perturbed_episode, random_walk
+from training.tiny.fastpath import FrameCatalog, RolloutSettings, frame_url, play, play_on
+from training.tiny.trainers import GRPOConfig
+from training.tiny.trainers.grpo import train as grpo_train
 
 TINY = Path(__file__).resolve().parents[3] / "models" / "maze-tiny"
 
@@ -68,7 +68,7 @@ def test_perturbed_starts_config_checks():
 def test_forcing_the_greedy_moves_replays_the_greedy_episode():
     """Forced with the greedy policy's own first moves, a perturbed episode must go on exactly as
     the greedy episode did: the same history, position and turn budget."""
-    from training.tiny.fast_policy import FastPolicy
+    from training.tiny.diagnostics import FastPolicy
 
     pol = FastPolicy.load(TINY)  # the base with a zero LoRA, as GRPO starts
     fast, bank, codec, catalog = pol.fast, pol.bank, pol.codec, pol.bank.catalog

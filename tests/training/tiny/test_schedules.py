@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from training.tiny.schedules import lr_factor
+from training.tiny.trainers.schedules import lr_factor
 
 
 def test_warmup_then_constant():

@@ -1,7 +1,7 @@
-"""training.tiny.score's failure summary: which failed episodes ended stuck at a wall."""
+"""training.tiny.diagnostics.hf_scores's failure summary: which failed episodes ended stuck at a wall."""
 
-from agent.records import EpisodeRecord, StopReason, TurnRecord
-from training.tiny.score import failure_modes
+from agent.runner import EpisodeRecord, StopReason, TurnRecord
+from training.tiny.diagnostics.hf_scores import failure_modes
 
 
 def _ep(success: bool, codes: list[str], stop: StopReason = StopReason.TURN_LIMIT) -> EpisodeRecord:
@@ -20,3 +20,15 @@ def test_stuck_needs_the_whole_tail_at_a_wall():
     f = failure_modes(records)
     assert f == {"failed": 3, "failed_stuck_at_wall": 1, "failed_turn_limit": 2,
                  "wall_bump_share": round(15 / 37, 3)}
+
+
+def test_the_diagnostics_default_to_the_shipped_models_folder():
+    """``python -m training.tiny.diagnostics.hf_scores`` (and ``task_sweep``) with no ``--models-dir``
+    score the repository's ``models/``, wherever their room sits in the lab."""
+    from pathlib import Path
+
+    from training.tiny.diagnostics import hf_scores, task_sweep
+
+    models = Path(__file__).resolve().parents[3] / "models"
+    assert hf_scores.MODELS_DIR == task_sweep.MODELS_DIR == models
+    assert (models / "maze-grpo" / "adapter_config.json").is_file()

@@ -9,9 +9,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from agent.mazes import generate_from_seed
+from agent.maze import generate_from_seed, render_frame
 from agent.protocol import TUPLE, user_message
-from agent.render import render_frame
 
 MODELS = Path(__file__).resolve().parents[3] / "models"
 TINY, GRPO = MODELS / "maze-tiny", MODELS / "maze-grpo"

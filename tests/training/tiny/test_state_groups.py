@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.mazes import generate_from_seed
-from training.tiny.grpo_local import GRPOConfig, minibatches
-from training.tiny.grpo_local import train as grpo_train
-from training.tiny.rollout import Episode, RolloutSettings, Turn, play, play_on
-from training.tiny.state_groups import branches, pick_states, root_turns
+from agent.maze import generate_from_seed
+from training.tiny.data import branches, pick_states, root_turns
+from training.tiny.fastpath import Episode, RolloutSettings, Turn, play, play_on
+from training.tiny.trainers import GRPOConfig
+from training.tiny.trainers.grpo import train as grpo_train
+from training.tiny.trainers.grpo_loss import minibatches
 
 TINY = Path(__file__).resolve().parents[3] / "models" / "maze-tiny"
 
@@ -58,7 +59,7 @@ def test_minibatches_keep_groups_and_share_out_state_items():
 def test_a_greedy_branch_replays_the_root_episode():
     """All greedy, a branch from turn t must make the root's own later replies and end the same way:
     the prefix, position and turn budget it is given are exactly the root's."""
-    from training.tiny.fast_policy import FastPolicy
+    from training.tiny.diagnostics import FastPolicy
 
     pol = FastPolicy.load(TINY)  # the base with a zero LoRA, as GRPO starts
     fast, bank, codec, catalog = pol.fast, pol.bank, pol.codec, pol.bank.catalog

@@ -10,14 +10,24 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from agent.mazes import detour_moves, generate, generate_from_seed
-from training.tiny.demos import read_profile
-from training.tiny.fastpath import FastQwen3VL, FrameBank, FrameCatalog, make_codec
-from training.tiny.grpo_local import MARKER, GRPOConfig, build_policy, fresh_mazes, loss_items, policy_loss
-from training.tiny.grpo_local import train as grpo_train
-from training.tiny.rollout import RolloutSettings, new_episode, play, play_on
-from training.tiny.sft import SFTConfig
-from training.tiny.sft import train as sft_train
+from agent.maze import detour_moves, generate, generate_from_seed
+from training.tiny.data import read_profile
+from training.tiny.fastpath import (
+    FastQwen3VL,
+    FrameBank,
+    FrameCatalog,
+    RolloutSettings,
+    make_codec,
+    new_episode,
+    play,
+    play_on,
+)
+from training.tiny.trainers import GRPOConfig, SFTConfig, build_policy
+from training.tiny.trainers.checkpointing import MARKER
+from training.tiny.trainers.grpo import fresh_mazes
+from training.tiny.trainers.grpo import train as grpo_train
+from training.tiny.trainers.grpo_loss import loss_items, policy_loss
+from training.tiny.trainers.sft import train as sft_train
 
 TINY = Path(__file__).resolve().parents[3] / "models" / "maze-tiny"
 pytestmark = pytest.mark.slow
@@ -125,7 +135,7 @@ def test_greedy_member_of_a_sampled_group_replays_the_greedy_episode():
         gen = torch.Generator().manual_seed(0)
         if greedy is None:
             return play(fast, bank, codec, bank.catalog, layouts, settings, generator=gen, device=device)
-        # as grpo_local builds a group: episodes flagged greedy, played with play_on
+        # as the GRPO trainer builds a group: episodes flagged greedy, played with play_on
         eps = [new_episode(lay, bank.catalog, settings.protocol, greedy=g) for lay, g in zip(layouts, greedy, strict=True)]
         return play_on(fast, bank, codec, bank.catalog, eps, settings, generator=gen, device=device)
 
@@ -173,7 +183,7 @@ def test_fresh_mazes_puts_detour_mazes_first_at_the_share_asked():
 
 
 def test_fresh_mazes_never_draw_a_held_out_task():
-    from training.tiny.grpo_local import held_out_keys, maze_key
+    from training.tiny.trainers.grpo import held_out_keys, maze_key
 
     held = held_out_keys(64)
     assert len(held) == 60  # seeds 0..63 draw 60 of the 768 tasks
@@ -206,7 +216,7 @@ def test_grpo_eval_all_tasks_logs_the_task_rate(tmp_path, monkeypatch):
 def test_a_lower_rank_adapter_is_widened_without_changing_the_policy(rank, alpha):
     """--init-adapter of the shipped adapter into a wider LoRA: same logits, and the new
     directions can train (A's new rows are random, B's new columns zero)."""
-    from training.tiny.lora import load_adapter_weights
+    from training.tiny.model import load_adapter_weights
 
     adapter = TINY.parent / "maze-grpo"
     shipped = json.loads((adapter / "adapter_config.json").read_text())
@@ -232,7 +242,7 @@ def test_a_lower_rank_adapter_is_widened_without_changing_the_policy(rank, alpha
 
 
 def test_a_higher_rank_adapter_is_refused_by_name(tmp_path):
-    from training.tiny.lora import load_adapter_weights
+    from training.tiny.model import load_adapter_weights
 
     cfg = GRPOConfig(model_path=str(TINY), ckpt_path="c", export_path="e", lora_rank=16, lora_alpha=16)
     model, _ = build_policy(cfg, torch.device("cpu"))
