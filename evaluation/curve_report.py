@@ -15,6 +15,7 @@ from pathlib import Path
 from evaluation.report import data_url
 from evaluation.served import ServedCurve, served_curves
 from evaluation.store import Store
+from serving.adapters import ModelId
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222}h1{font-size:22px}
@@ -52,7 +53,7 @@ def curve_plot(curve: ServedCurve) -> str:
         ax.plot([best.step], [best.served], "*", color="#2e7d32", markersize=18, label=f"best: step {best.step}")
     ax.set_ylim(-0.02, 1.05)
     ax.set_ylabel("solve rate")
-    ax.set_title(f"{curve.base}:{curve.adapter} ({curve.source}) on {curve.env_id}")
+    ax.set_title(f"{ModelId(curve.base, curve.adapter)} ({curve.source}) on {curve.env_id}")
     ax.legend(loc="lower right", fontsize=8)
     gaps = [(p.step, p.gap) for p in curve.points if p.gap is not None]
     spacing = min((b - a for a, b in itertools.pairwise(steps)), default=1)
@@ -96,7 +97,7 @@ def render_curve_html(curve: ServedCurve) -> str:
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>served curve {e(curve.source)}</title><style>{_CSS}</style></head><body>
 <h1>Served curve of {e(curve.source)}</h1>
-<p>Each exported step published as a version of <code>{e(curve.base)}:{e(curve.adapter)}</code> and scored through
+<p>Each exported step published as a version of <code>{e(str(ModelId(curve.base, curve.adapter)))}</code> and scored through
 the gateway on {e(curve.env_id)}, pinned to that version (n: episodes scored per step); beside it the trainer's
 own pass@1, from its own evaluation (its seeds, prompts and sampling). Gap: served minus trainer, in points.</p>
 {pick}

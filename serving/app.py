@@ -1,7 +1,7 @@
 """Build the Ray Serve LLM application from a :class:`ServingConfig` (pure: no I/O).
 
 One ``LLMConfig`` per base model (vLLM with LoRA enabled, adapters from the S3 prefix, served by
-:class:`serving.engine.llm_server.GatewayLLMServer`) behind :class:`serving.ingress.GatewayIngress`
+:class:`serving.engine.llm_server.GatewayLLMServer`) behind :class:`serving.ingress.gateway.GatewayIngress`
 (``layout: standard``), or, with ``layout: colocated``, one deployment
 (:class:`serving.ingress.colocated.ColocatedGateway`) that is the ingress and runs that server in-process.
 

@@ -57,10 +57,11 @@ def _download(export: str, rel: str, dest: Path) -> None:
         with open(part, "wb") as out:
             for chunk in _s3(export).stream(rel):
                 out.write(chunk)
+        part.replace(dest)
     except KeyError:
-        part.unlink(missing_ok=True)
         raise FileNotFoundError(f"{export.rstrip('/')}/{rel} is missing") from None
-    part.replace(dest)
+    finally:
+        part.unlink(missing_ok=True)  # gone once complete; a failed transfer leaves nothing behind
 
 
 def list_steps(export: str) -> list[ExportStep]:

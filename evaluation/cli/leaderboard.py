@@ -82,7 +82,7 @@ def leaderboard_table(rows: list, points: list[dict], *, wide: bool = False) -> 
 def served_table(curve) -> Table:
     """A served curve (:class:`evaluation.served.ServedCurve`) as a table within 80 columns; the
     best step is starred."""
-    table = Table(title=f"served curve of {curve.source}: {curve.base}:{curve.adapter} on {curve.env_id}",
+    table = Table(title=f"served curve of {curve.source}: {ModelId(curve.base, curve.adapter)} on {curve.env_id}",
                   pad_edge=False, collapse_padding=True)
     for col in ("step", "trainer", "served", "95% CI", "gap", "n", "version"):
         table.add_column(col, overflow="fold", no_wrap=col != "step", justify="right" if col != "version" else "left")

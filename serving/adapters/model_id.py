@@ -35,12 +35,11 @@ class ModelId:
     version: str | None = None
 
     @classmethod
-    def parse(cls, text: str | None, *, check: bool = False) -> ModelId:
+    def parse(cls, text: str | None) -> ModelId:
         """``base``, ``base:name`` or ``base:name@version`` (split at the first ``:`` and the first
-        ``@`` after it). With ``check``, the adapter part must pass :meth:`checked`."""
+        ``@`` after it), unchecked: :meth:`checked` applies the store's rules."""
         base, sep, rest = (text or "").partition(":")
-        model = cls(base, *_split(rest)) if sep else cls(base)
-        return model.checked() if check else model
+        return cls(base, *_split(rest)) if sep else cls(base)
 
     @classmethod
     def adapter(cls, text: str, *, check: bool = True) -> ModelId:

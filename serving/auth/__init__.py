@@ -1,6 +1,6 @@
 """API keys and what hangs on them: who is calling, per-key limits, usage, and the gate that applies them.
 
-:class:`KeyRing` holds the hashed keys (reloaded within a TTL); :mod:`~serving.auth.caller` is the
+:class:`~serving.auth.keys.KeyRing` holds the hashed keys (reloaded within a TTL); :mod:`~serving.auth.caller` is the
 request's caller (:data:`CALLER`) that the ingress checks a model's scope against;
 :mod:`~serving.auth.key_limits` the per-key sliding-window limits (in process or Redis);
 :mod:`~serving.auth.usage` usage per key and model; :class:`GateMiddleware` the pure-ASGI

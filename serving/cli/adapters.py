@@ -65,6 +65,8 @@ def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, 
 
     A gateway serves it within its adapters.resolve_ttl_s; through --gateway, that gateway from its
     next request."""
+    from serving.adapters import ModelId
+
     cfg = config_of(ctx)
     spec = cfg.base(base) if base else cfg.base_models[0]
     if spec is None:
@@ -72,10 +74,10 @@ def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, 
     ref = store_of(cfg).push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank, force=force,
                            canary=weight, vision_tower=cfg.lora.vision_tower)
     if weight is not None:
-        click.echo(f"published {spec.id}:{ref.name} version {ref.canary.version} as a canary "
+        click.echo(f"published {ModelId(spec.id, ref.name)} version {ref.canary.version} as a canary "
                    f"({ref.canary.weight:g}%; {ref.version} serves the rest)")
         return
-    click.echo(f"published {spec.id}:{ref.name} version {ref.version}")
+    click.echo(f"published {ModelId(spec.id, ref.name)} version {ref.version}")
 
 
 @adapters.command("rm")

@@ -1,7 +1,7 @@
 """The LLM replica and what its engine runs with: LoRA loading, CPU LoRA kernels, cores and allocator.
 
 :class:`GatewayLLMServer` is Ray Serve LLM's ``server_cls``: verified adapter downloads, one
-registration per adapter, the per-replica adapter LRU with pins (:class:`PinnedLRU`).
+registration per adapter, the per-replica adapter LRU with pins (:class:`~serving.engine.llm_server.PinnedLRU`).
 :mod:`~serving.engine.lora_kernels` are grouped-by-adapter LoRA kernels for vLLM's CPU backend,
 installed by the worker extension :mod:`~serving.engine.lora_worker`;
 :mod:`~serving.engine.lora_merge` runs a step of one adapter's rows on merged weights;

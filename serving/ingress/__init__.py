@@ -1,11 +1,11 @@
 """The gateway's HTTP side: the ingress deployment, its middlewares, management routes and request checks.
 
-:class:`GatewayIngress` is Ray Serve LLM's ``OpenAiIngress`` plus versioned adapters, keys,
+:class:`~serving.ingress.gateway.GatewayIngress` (:data:`INGRESS_CLS_PATH`) is Ray Serve LLM's ``OpenAiIngress`` plus versioned adapters, keys,
 ``/v1/models``, ``/health`` and ``/ready``; :func:`create_app` its FastAPI app with
 :mod:`~serving.ingress.middleware`'s middlewares, the management routes of
 :mod:`~serving.ingress.management` and the config's extensions; :class:`ColocatedGateway` the same
 ingress with its engine in one replica (``layout: colocated``), and :mod:`~serving.ingress.direct`
-Serve's direct ingress for it. :func:`check_request` runs on every engine route;
+Serve's direct ingress for it. :func:`~serving.ingress.request_checks.check_request` runs on every engine route;
 :mod:`~serving.ingress.adapter_metrics` counts per adapter version,
 :mod:`~serving.ingress.replica_status` reads the replicas for ``/ready`` and
 :mod:`~serving.ingress.server_timing` times every response (its ``Server-Timing`` header).

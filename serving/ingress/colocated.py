@@ -2,7 +2,7 @@
 
 In the standard layout a request goes proxy -> ingress replica -> (DeploymentHandle) -> LLM-server
 replica: two Serve hops, each a Ray actor call with its own serialisation, routing and event-loop
-work. :class:`ColocatedGateway` is the same :class:`~serving.ingress.GatewayIngress` (same FastAPI
+work. :class:`ColocatedGateway` is the same :class:`~serving.ingress.gateway.GatewayIngress` (same FastAPI
 app, routes, auth, limits, errors, metrics, adapter resolution) but it constructs its
 :class:`~serving.engine.llm_server.GatewayLLMServer` in its own process and reaches it through
 :class:`LocalServerHandle`, an in-process stand-in for the ``DeploymentHandle`` that

@@ -54,7 +54,6 @@ from serving.config import ServingConfig
 from serving.errors import (
     AdapterInvalid,
     AdapterNotFound,
-    BadAdapterName,
     BadRequest,
     Forbidden,
     RequestTooLarge,

@@ -1,6 +1,6 @@
 """Where adapters live across LLM replicas: the spread router, pins and replica reports, the replica's agent.
 
-:class:`AdapterSpreadRouter` (the LLM deployment's Ray Serve request router) keeps an adapter's
+:class:`~serving.placement.router.AdapterSpreadRouter` (the LLM deployment's Ray Serve request router) keeps an adapter's
 requests on the replicas that hold it and spreads a hot one; :class:`PlacementStore` keeps pins
 and each replica's report beside the adapter store's refs; :func:`run_placement` is the task of
 an LLM replica (driven through the :class:`Replica` contract) that loads pinned adapters and reports what it holds; :mod:`~serving.placement.follow`

@@ -54,7 +54,7 @@ def test_checked_refuses_what_the_store_would_with_the_reason(bad, message):
     with pytest.raises(BadAdapterName, match=re.escape(message)):
         ModelId.adapter(bad)
     with pytest.raises(BadAdapterName, match=re.escape(message)):
-        ModelId.parse(f"maze-tiny:{bad}", check=True)
+        ModelId.parse(f"maze-tiny:{bad}").checked()
     assert ModelId.adapter(bad, check=False).adapter_part == bad  # unchecked: structure only
 
 

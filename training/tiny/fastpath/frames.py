@@ -106,7 +106,7 @@ class FrameBank:
 
     On a GPU the processor itself runs there (torchvision ops on CUDA tensors): 13k frames take
     seconds instead of minutes; pixels can then differ from the CPU path by a rounding step at
-    cell edges (measured by ``training.tiny.gpu_check``).
+    cell edges (measured by ``training.tiny.gpu.check``).
 
     Frames are processed on first use, in batches, and stored in a growing table, so a CPU test
     touches only the few it needs; :meth:`fill` with no rows processes the whole catalog.
