@@ -10,6 +10,7 @@ count one twice. :func:`is_unavailable` tells a database that does not answer (w
 from __future__ import annotations
 
 import os
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -133,12 +134,19 @@ def resolve_db_url(db: str | None) -> str:
     return f"sqlite:///{Path(db).expanduser().resolve()}"
 
 
-def _create_tables(engine: Engine, attempts: int = 3) -> None:
+# Stores opened at once in one process (two evaluations started together) set the schema up one at
+# a time: on a new SQLite file their first connections would race for the WAL switch and the tables.
+_SCHEMA_LOCK = threading.Lock()
+
+
+def _create_tables(engine: Engine) -> None:
     """The tables, made where missing. Two processes opening a new database at once (a watcher and
     the evaluation it starts) can both find a table missing; the loser's CREATE fails with "already
-    exists", and a second look finds it there."""
+    exists", and a second look finds it there. Each such failure means the other side made a table,
+    so one more attempt than there are tables always ends it."""
     from sqlalchemy.exc import OperationalError, ProgrammingError
 
+    attempts = len(metadata.tables) + 1
     for attempt in range(attempts):
         try:
             metadata.create_all(engine)
@@ -157,8 +165,9 @@ class Store:
         self.engine: Engine = create_engine(self.url, future=True, pool_pre_ping=True)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        _create_tables(self.engine)
-        _add_completion_tokens(self.engine)
+        with _SCHEMA_LOCK:
+            _create_tables(self.engine)
+            _add_completion_tokens(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
