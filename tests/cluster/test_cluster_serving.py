@@ -73,7 +73,7 @@ def cluster_app(maze_home, loopback, tmp_path_factory):
     if redis:
         os.environ["MAZE_TEST_REDIS_URL"] = redis.url
         data["auth"]["store"] = {"kind": "redis", "url_env": "MAZE_TEST_REDIS_URL", "on_error": "closed",
-                                 "timeout_s": 2.0}
+                                 "timeout_s": 10.0}  # a busy CI machine is not an outage
     cfg = ServingConfig.model_validate(data)
     try:
         state = cluster.up(cfg, workers=2, app=True, progress=lambda msg: print(f"... {msg}", flush=True))
