@@ -13,8 +13,15 @@ traffic is the common production case, and it would use one of N accelerators.
 * once every holder is at or past the threshold, the request goes to the least busy replica of
   all, which loads the adapter if it lacks it: the adapter now has one more holder, and the
   affinity rule spreads its requests over all of them from then on;
-* an adapter no replica holds goes to the replicas with the fewest adapters (as Ray does);
+* an adapter no replica holds goes to one of the replicas with the fewest adapters (as Ray does),
+  the same one from every router: the pick is a rendezvous hash of the adapter and replica ids;
 * base-model requests keep Ray's power of two choices.
+
+Which adapters a replica holds reaches the routers late: the replica reports a load to the controller,
+which broadcasts it. Until it arrives, every request for a cold adapter looks like the first one; with
+a random pick a turn-by-turn episode loads its adapter on a second replica about half the time. The
+hash sends them all to one replica, and each router also takes its own last pick as a holder for
+``ASSUMED_HOLDER_S`` (the ingress replica that sent the first request sees the same view sooner).
 
 Queue lengths come from the router's own cache (refreshed by Ray's probes and by every request it
 sends); a replica whose length is unknown counts as idle, and Ray probes it before sending.
@@ -23,34 +30,50 @@ Selection inside a rank stays Ray's: the lowest probed queue that accepts the re
 
 from __future__ import annotations
 
+import hashlib
 import random
+import time
 from collections.abc import Sequence
 
 from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
 from ray.serve.request_router import PendingRequest, RunningReplica
 
 SAMPLE = 2  # replicas sampled from a large rank (power of two choices)
+ASSUMED_HOLDER_S = 10.0  # a load is broadcast within a second or two; a router's own pick stands in until then
+
+
+def _rendezvous(model_id: str, replicas: Sequence[RunningReplica]) -> RunningReplica:
+    # Stable across processes (Python's hash() is salted per process): every router picks the same.
+    def score(r: RunningReplica) -> bytes:
+        return hashlib.blake2b(f"{model_id}|{r.replica_id}".encode(), digest_size=8).digest()
+
+    return max(replicas, key=score)
 
 
 def _sample(replicas: Sequence[RunningReplica], k: int = SAMPLE) -> list[RunningReplica]:
     return list(replicas) if len(replicas) <= k else random.sample(list(replicas), k)
 
 
-def spread_ranks(model_id: str, replicas: Sequence[RunningReplica], queue_len, threshold: int
-                 ) -> list[list[RunningReplica]]:
+def spread_ranks(model_id: str, replicas: Sequence[RunningReplica], queue_len, threshold: int,
+                 assumed_holder=None) -> list[list[RunningReplica]]:
     """The ranks of replicas to try for a request for ``model_id`` (pure: ``queue_len(replica)``
-    gives a replica's requests in flight, None when unknown).
+    gives a replica's requests in flight, None when unknown; ``assumed_holder`` is the id of a
+    replica taken to hold the adapter though it has not said so yet).
 
     Holders below ``threshold`` first; when there are none, the least busy replicas of all (a new
-    holder); an adapter nobody holds, the replicas with the fewest adapters; every rank after the
-    first is a fallback for when the ones before it turn the request away.
+    holder); an adapter nobody holds, the rendezvous pick among the replicas with the fewest
+    adapters; every rank after the first is a fallback for when the ones before it turn the
+    request away.
     """
-    holders = [r for r in replicas if model_id in r.multiplexed_model_ids]
-    others = [r for r in replicas if model_id not in r.multiplexed_model_ids]
+    def holds(r: RunningReplica) -> bool:
+        return model_id in r.multiplexed_model_ids or (assumed_holder is not None and r.replica_id == assumed_holder)
+
+    holders = [r for r in replicas if holds(r)]
+    others = [r for r in replicas if not holds(r)]
     if not holders:
         fewest = min(len(r.multiplexed_model_ids) for r in replicas)
         emptiest = [r for r in replicas if len(r.multiplexed_model_ids) == fewest]
-        return [_sample(emptiest), _sample(replicas)]
+        return [[_rendezvous(model_id, emptiest)], _sample(emptiest), _sample(replicas)]
 
     def load(r: RunningReplica) -> int:
         return queue_len(r) or 0
@@ -63,6 +86,26 @@ def spread_ranks(model_id: str, replicas: Sequence[RunningReplica], queue_len, t
     return [least + _sample(holders), _sample(replicas)]
 
 
+class AssumedHolders:
+    """A router's own picks for adapters no replica has reported yet, each for ``ASSUMED_HOLDER_S``."""
+
+    def __init__(self, clock=time.monotonic):
+        self._clock, self._picks = clock, {}  # model id -> (replica id, until)
+
+    def get(self, model_id: str, replicas: Sequence[RunningReplica]):
+        """The replica id taken to hold ``model_id``, or None (none picked lately, or a holder reported)."""
+        pick = self._picks.get(model_id)
+        if pick is None or pick[1] < self._clock() or any(model_id in r.multiplexed_model_ids for r in replicas):
+            self._picks.pop(model_id, None)
+            return None
+        return pick[0]
+
+    def note(self, model_id: str, replicas: Sequence[RunningReplica], first_rank: Sequence[RunningReplica]) -> None:
+        """Remember a lone first choice for an adapter no replica reports holding."""
+        if len(first_rank) == 1 and not any(model_id in r.multiplexed_model_ids for r in replicas):
+            self._picks[model_id] = (first_rank[0].replica_id, self._clock() + ASSUMED_HOLDER_S)
+
+
 class AdapterSpreadRouter(PowerOfTwoChoicesRequestRouter):
     """Ray Serve request router of the LLM deployment (``request_router_config``); see the module."""
 
@@ -71,6 +114,7 @@ class AdapterSpreadRouter(PowerOfTwoChoicesRequestRouter):
         if spread_threshold < 1:
             raise ValueError(f"spread_threshold must be >= 1, got {spread_threshold}")
         self.spread_threshold = spread_threshold
+        self.assumed = AssumedHolders()
 
     def _queue_len(self, replica: RunningReplica) -> int | None:
         return self.replica_queue_len_cache.get(replica.replica_id)
@@ -81,7 +125,10 @@ class AdapterSpreadRouter(PowerOfTwoChoicesRequestRouter):
         if not model_id or not candidate_replicas:
             return await super().choose_replicas(candidate_replicas, pending_request)
         threshold = getattr(self, "spread_threshold", 4)
-        return [rank for rank in spread_ranks(model_id, candidate_replicas, self._queue_len, threshold) if rank]
+        ranks = spread_ranks(model_id, candidate_replicas, self._queue_len, threshold,
+                             self.assumed.get(model_id, candidate_replicas))
+        self.assumed.note(model_id, candidate_replicas, ranks[0])
+        return [rank for rank in ranks if rank]
 
 
-__all__ = ["AdapterSpreadRouter", "spread_ranks"]
+__all__ = ["AdapterSpreadRouter", "AssumedHolders", "spread_ranks"]

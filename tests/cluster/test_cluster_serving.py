@@ -172,7 +172,7 @@ def test_hot_adapter_spreads_over_replicas_a_cold_one_stays(cluster_app, tmp_pat
     routes = {(s.labels.get("replica"), s.labels.get("route")): s.value for s in scrape(state)
               if s.name == "ray_serve_deployment_request_counter_total" and s.labels.get("deployment") == LLM}
     print(f"\nquick look: {quick_requests} requests {before}, loads {loads}; by replica and route {routes}")
-    assert sum(loads.values()) == 1 and sum(1 for v in before.values() if v > 0) == 1  # one replica, one load
+    assert sum(loads.values()) == 1 and sum(1 for v in before.values() if v > 0) == 1, (loads, before)  # one load
 
     full = evaluate(EvalConfig(endpoint=state.base_url, api_key=ADMIN, adapter="maze-grpo", seeds=f"0-{SPREAD_SEEDS - 1}",
                                concurrency=SPREAD_SEEDS, db=db))

@@ -10,7 +10,7 @@ import pytest
 from serving.app import llm_config_dicts
 from serving.config import ServingConfig
 from serving.placement import ROUTER_PATH
-from serving.placement.router import spread_ranks
+from serving.placement.router import ASSUMED_HOLDER_S, AssumedHolders, spread_ranks
 
 HOT = "maze-tiny:maze-grpo@b6e4ab3a3a67"
 
@@ -23,9 +23,9 @@ class Replica:
     multiplexed_model_ids: set[str] = field(default_factory=set)
 
 
-def ranks(replicas, loads: dict[str, int | None], threshold=4, model=HOT):
+def ranks(replicas, loads: dict[str, int | None], threshold=4, model=HOT, assumed=None):
     return [[r.replica_id for r in rank]
-            for rank in spread_ranks(model, replicas, lambda r: loads.get(r.replica_id), threshold)]
+            for rank in spread_ranks(model, replicas, lambda r: loads.get(r.replica_id), threshold, assumed)]
 
 
 def test_an_idle_holder_keeps_the_adapter_no_other_replica_is_first():
@@ -58,6 +58,38 @@ def test_threshold_decides_when_to_spread():
 def test_unknown_adapter_goes_to_the_replicas_with_fewest_adapters():
     a, b, c = Replica("a", {"m:x@1"}), Replica("b"), Replica("c", {"m:y@1", "m:z@1"})
     assert ranks([a, b, c], {}, model="m:new@1")[0] == ["b"]
+
+
+def test_an_adapter_nobody_holds_goes_to_one_replica_from_every_router():
+    """Until a replica's load is broadcast, each request for a cold adapter looks like the first: every
+    router, in any order of replicas, must put the same one first, or the adapter loads twice."""
+    reps = [Replica(f"r{i}") for i in range(4)]
+    firsts = {ranks(order, {}, model="m:a@1")[0][0] for order in (reps, reps[::-1], reps[1:] + reps[:1])
+              for _ in range(20)}
+    assert len(firsts) == 1
+    # and distinct adapters still spread over the emptiest replicas
+    assert len({ranks(reps, {}, model=f"m:a{i}@1")[0][0] for i in range(40)}) == 4
+    got = ranks(reps, {}, model="m:a@1")
+    assert len(got[0]) == 1 and len(got) == 3  # the pick, then the emptiest and any as fallbacks
+
+
+def test_a_routers_own_pick_counts_as_a_holder_until_the_broadcast():
+    t = [0.0]
+    assumed = AssumedHolders(clock=lambda: t[0])
+    a, b = Replica("a"), Replica("b")
+    first = spread_ranks("m:x@1", [a, b], lambda r: 0, 4)[0]
+    assumed.note("m:x@1", [a, b], first)
+    picked = first[0].replica_id
+    other = "b" if picked == "a" else "a"
+    # a replica with fewer adapters appears meanwhile: the pick still wins while it is idle
+    (a if other == "a" else b).multiplexed_model_ids.clear()
+    (a if picked == "a" else b).multiplexed_model_ids.add("m:y@1")
+    assert ranks([a, b], {}, model="m:x@1", assumed=assumed.get("m:x@1", [a, b]))[0] == [picked]
+    t[0] += ASSUMED_HOLDER_S + 1  # expired: back to the emptiest
+    assert assumed.get("m:x@1", [a, b]) is None
+    assumed.note("m:x@1", [a, b], first)
+    (a if picked == "a" else b).multiplexed_model_ids.add("m:x@1")  # the broadcast came: no assumption needed
+    assert assumed.get("m:x@1", [a, b]) is None
 
 
 def test_unknown_queue_length_counts_as_idle():
