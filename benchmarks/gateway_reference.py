@@ -3,7 +3,9 @@
 Starts the embedded stack (one Ray node, the shipped ``models/maze-tiny`` and ``maze-grpo``) on
 free ports in a private MAZE_HOME, runs ``maze-eval`` (64 mazes, greedy) for each model, and writes
 ``models/scores_gateway.json`` in the shape of ``models/scores_hf.json`` (one row per model with
-``outcomes`` per seed). The multi-node tests compare a run that loses a node against it.
+``outcomes`` per seed), with the run's summary as ``maze-eval`` prints it (the solve rate's 95% Wilson
+interval ``ci95``, ``errors``; README.md's ``make eval`` output is checked against it). The multi-node
+tests compare a run that loses a node against it.
 
     python benchmarks/gateway_reference.py [--models maze-grpo]
 """
@@ -43,8 +45,9 @@ def main() -> None:
             t0 = time.monotonic()
             result = evaluate(EvalConfig(endpoint=base_url, adapter=adapter, concurrency=args.concurrency, db=db))
             episodes = Store(db).episode_rows(result.run_id)
-            rows.append({"model": model, "solve_rate": result.summary.solve_rate, "solved": result.summary.solved,
-                         "episodes": result.summary.n, "history": result.manifest.history,
+            s = result.summary
+            rows.append({"model": model, "solve_rate": s.solve_rate, "solved": s.solved, "episodes": s.n,
+                         "ci95": [s.ci_low, s.ci_high], "errors": s.errors, "history": result.manifest.history,
                          "protocol": result.manifest.protocol, "backend": "gateway-single-node-vllm-cpu",
                          "layout": f"{cfg.layout}+{cfg.ingress}", "seconds": round(time.monotonic() - t0, 1),
                          "outcomes": {str(r["seed"]): bool(r["success"]) for r in episodes}})
