@@ -1,283 +1,38 @@
-"""The docs say only what the results files hold.
-
-Every measured figure in the prose and tables of README.md and docs/*.md is registered in
-``docs/figures.toml``: per page, per results file (``benchmarks/results/NAME.json``, or a repository
-path such as ``models/scores_gateway.json``), a phrase of the page with the figure in braces and the
-JSON path of the field that holds it::
-
-    ["docs/benchmarks.md".figures."load_checks.json"]
-    "A cold load now takes {32.6} ms" = "summary.replica_load_s_median *1000"  # s as ms; *100: % of a fraction
-    "{14.7}% (95% interval" = "summary.checks_share_median *100"
-    ["docs/benchmarks.md".figures."auth_overhead.json"]
-    "was {0.23}, {0.20}" = ["rounds[0].p50_delta_ms half_up", "rounds[1].p50_delta_ms"]  # half_even unless so
-
-The field, times the scale, rounded to the places the page shows, must equal the figure (signed
-where the page shows a sign); a phrase with several braces takes a list of paths. A page's
-``not_figures`` lists the phrases whose numbers are not measurements (a config default, a count of
-things, the 64-maze set), each with its reason; its ``tables`` names tables a script prints from a
-results file (``"fault_matrix.json" = "benchmarks/fault_matrix.py:markdown_table"``), compared whole.
-Numbers that are not figures by rule (``rule``): code, link targets, URLs, headings, list numbering,
-parts of names (``p50``, ``Qwen3``, ``rank-64``, ``c=8``), counts in compound words (``2-core``),
-ranges written ``0..63``, what a count is out of (the 64 of ``26/64``), versions and addresses,
-HTTP statuses.
-
-Why one registry file rather than a comment beside each figure: the pages stay plain markdown that
-reads the same in an editor as rendered, a figure and its field sit on one line of the registry,
-and the entries of one results file are together, so re-measuring a benchmark means re-reading one
-block. Phrases rather than positions: an edit elsewhere on the page moves nothing, and a changed
-figure no longer matches its phrase, so it fails as unregistered. Pure and fast: reads files only.
+"""The docs say only what the results files hold: the figures check (tests/support/doc_figures.py
+says how figures, fenced outputs, signs and claims are tied to ``docs/figures.toml``), and the pages'
+other rules: results files cited, no run logs, links that resolve, the map of the code complete.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import tomllib
-from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
-BENCH_DOC = DOCS / "benchmarks.md"
-RESULTS = ROOT / "benchmarks" / "results"
-REGISTRY = DOCS / "figures.toml"
+from tests.support.doc_figures import (
+    DOCS,
+    FENCE,
+    RESULTS,
+    ROOT,
+    Token,
+    check_page,
+    doc_pages,
+    line_of,
+    load_registry,
+    page_name,
+    phrase_pattern,
+    tokens,
+)
 
+BENCH_DOC = DOCS / "benchmarks.md"
 CITATION = re.compile(r"benchmarks/results/([\w.-]+\.(?:json|png))")
-FENCE = re.compile(r"^```.*?^```", re.S | re.M)
-# Regions whose numbers are never figures, blanked in this order (a fence first: its backticks are
-# not code spans). CommonMark code spans may cross a line; ``double`` ones may hold single backticks.
-MASKS = (FENCE, re.compile(r"<!--.*?-->", re.S), re.compile(r"``(?:[^`]|`(?!`))+?``|`[^`]+?`"),
-         re.compile(r"\]\([^)]*\)"), re.compile(r"https?://\S+"), re.compile(r"^#{1,6} .*$", re.M))
-NUMBER = re.compile(r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)*(?:[eE][+-]?\d+)?")
-STATUSES = {"200", "201", "204", "400", "401", "403", "404", "408", "409", "413", "422", "429", "500", "502",
-            "503", "504"}
-# A letter just before a number, or through one or two marks: a name, a label or a version pin.
-GLUED = re.compile(r"[A-Za-z_][-=:(#/@<>!~]{0,2}\Z")
-VERSIONED = re.compile(r"(?:Python|Ray|LLM|vLLM|SkyRL|Debian|Ubuntu) \Z")
 RUN_VARIANT = re.compile(r"_(run\d+|cut|tput|direct|paused|engines_paused|bounded|vllm_defaults|old|new|tmp|bak|"
                          r"v\d+|\d+)$")
 RUN_LOG_PHRASES = re.compile(r"\brun ?\d\b|a second run|earlier runs|the run's log|from the log|"
                              r"the last (full )?run\b|first drill", re.I)
 README_MAX_LINES = 160
-
-
-@dataclass(frozen=True)
-class Token:
-    """A number of a page: where it is, as shown, and why it is not a figure (None: it is one)."""
-
-    start: int
-    end: int
-    shown: str
-    signed: bool
-    rule: str | None
-
-    @property
-    def value(self) -> Decimal:
-        return Decimal(self.shown.lstrip("+").replace(",", "").replace("−", "-"))
-
-    @property
-    def places(self) -> int:
-        return max(0, -self.value.as_tuple().exponent)
-
-
-def masked(text: str, extra: list[tuple[int, int]] = ()) -> str:
-    """``text`` with its code, comments, link targets, URLs, headings and ``extra`` spans blanked
-    (same length, newlines kept), so offsets stay those of the page."""
-    chars = list(text)
-
-    def blank(a: int, b: int) -> None:
-        chars[a:b] = [c if c == "\n" else " " for c in chars[a:b]]
-
-    for a, b in extra:
-        blank(a, b)
-    for mask in MASKS:
-        for m in mask.finditer("".join(chars)):
-            blank(*m.span())
-    return "".join(chars)
-
-
-def rule(text: str, start: int, end: int, token: str) -> str | None:
-    """Why the number at ``text[start:end]`` is not a figure, or None (``text`` is masked)."""
-    before, after = text[max(0, start - 2):start].rjust(2), text[end:end + 2].ljust(2)
-    name = lambda c: c.isalpha() or c == "_"  # noqa: E731
-    if token.count(".") > 1:
-        return "a version or an address"
-    if ".." in (before, after):
-        return "a range (0..63)"
-    if before[1] == "/" and before[0].isdigit():
-        return "the size a count is out of (26/64)"
-    ratio = before[1] == "x" and not before[0].isalnum()  # x1.08
-    if not ratio and GLUED.search(text[max(0, start - 3):start]):
-        return "part of a name (p50, Qwen3, rank-64, c=8, pass@1, openai>=3.4)"
-    if name(after[0]) and not (after[0] == "x" and not after[1].isalnum()):  # 12x is a ratio
-        return "part of a name (2D, 8B, 224x224)"
-    if after[0] == "-" and after[1].isalpha():
-        return "a count in a compound word (2-core, 64-maze)"
-    if "." in token and not token.startswith("0") and VERSIONED.search(text[max(0, start - 8):start]):
-        return "a version"
-    if token in STATUSES:
-        return "an HTTP status"
-    line_start = text.rfind("\n", 0, start) + 1
-    if not text[line_start:start].strip() and after == ". ":
-        return "list numbering"
-    return None
-
-
-def tokens(text: str, extra: list[tuple[int, int]] = ()) -> list[Token]:
-    """Every number outside the masked regions, with its rule."""
-    prose = masked(text, extra)
-    out = []
-    for m in NUMBER.finditer(prose):
-        s, e, shown = m.start(), m.end(), m.group(0)
-        if s and (prose[s - 1].isdigit() or prose[s - 1] in ",."):
-            continue  # the tail of a longer run (1,2: not thousands)
-        sign = prose[s - 1] if s and prose[s - 1] in "+-−" else ""
-        signed = bool(sign) and (s < 2 or prose[s - 2] in " \n(|[")
-        out.append(Token(s - signed, e, (sign if signed else "") + shown, signed, rule(prose, s, e, shown)))
-    return out
-
-
-# --- the registry ------------------------------------------------------------------------------
-
-def load_registry() -> dict:
-    return tomllib.loads(REGISTRY.read_text())
-
-
-def phrase_pattern(phrase: str) -> re.Pattern:
-    """A phrase as a pattern: whitespace as any run of it (lines wrap), braces as groups, and no
-    digit glued to either end (``{6}`` does not match inside 16)."""
-    def literal(text: str) -> str:
-        return r"\s+".join(re.escape(word) for word in re.split(r"\s+", text))
-
-    parts = re.split(r"(\{[^}]*\})", phrase)
-    body = "".join(f"({re.escape(p[1:-1])})" if p.startswith("{") else literal(p) for p in parts)
-    head = r"(?<![\d.,])" if phrase[:1].isdigit() or phrase[:1] in "{+-" else ""
-    tail = r"(?!\d|[.,]\d)" if phrase[-1:].isdigit() or phrase[-1:] == "}" else ""
-    return re.compile(head + body + tail)
-
-
-PATH_STEP = re.compile(r'\.?([A-Za-z_][\w-]*)|\[(\d+)\]|\["([^"]+)"\]')
-SPEC = re.compile(r"^(?P<path>\S+)(?:\s+\*(?P<scale>\d+))?(?:\s+(?P<rounding>half_up|half_even))?$")
-
-
-def field(doc, path: str):
-    """The value at ``path`` (``a.b[0]["c:d"]``) of a JSON document."""
-    pos, value = 0, doc
-    while pos < len(path):
-        m = PATH_STEP.match(path, pos)
-        if not m:
-            raise KeyError(f"bad path {path!r} at {path[pos:]!r}")
-        key = m.group(1) or m.group(3)
-        value = value[int(m.group(2))] if m.group(2) else value[key]
-        pos = m.end()
-    return value
-
-
-def load_json(name: str):
-    path = ROOT / name if "/" in name else RESULTS / name
-    return json.loads(path.read_text(), parse_float=Decimal, parse_int=Decimal)
-
-
-def shows(token: Token, doc, spec: str) -> str | None:
-    """Why ``token`` is not what ``spec`` (``path [*scale] [rounding]``) of ``doc`` holds, or None."""
-    m = SPEC.match(spec)
-    if not m:
-        return f"bad field spec {spec!r}"
-    try:
-        value = field(doc, m.group("path"))
-    except (KeyError, IndexError, TypeError) as exc:
-        return f"no field {m.group('path')!r} ({exc})"
-    if not isinstance(value, Decimal):
-        return f"{m.group('path')!r} is {value!r}, not a number"
-    value *= Decimal(m.group("scale") or 1)
-    rounding = ROUND_HALF_UP if m.group("rounding") == "half_up" else ROUND_HALF_EVEN
-    want = (value if token.signed else abs(value)).quantize(Decimal(1).scaleb(-token.places), rounding=rounding)
-    return None if want == token.value else f"{spec} holds {value} (shown: {want})"
-
-
-def script_function(spec: str):
-    """``benchmarks/x.py:name``: that function of the script, loaded from its file."""
-    path, _, name = spec.partition(":")
-    module_spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return getattr(module, name)
-
-
-def generated_tables(page: str, text: str, entry: dict) -> tuple[list[tuple[int, int]], list[str]]:
-    """The spans of the page's generated tables, and the problems: a table the script would print
-    otherwise from its results file."""
-    spans, problems = [], []
-    for name, func in entry.get("tables", {}).items():
-        table = script_function(func)(json.loads((RESULTS / name).read_text()))
-        at = text.find(table)
-        if at < 0:
-            problems.append(f"{page}: the table of {name} is not what {func} prints from it")
-        else:
-            spans.append((at, at + len(table)))
-    return spans, problems
-
-
-def check_page(page: str, text: str, registry: dict) -> list[str]:
-    """Problems of one page: unregistered figures, figures their field does not hold, stale entries."""
-    entry = registry.get(page, {})
-    spans, problems = generated_tables(page, text, entry)
-    found = {t.start: t for t in tokens(text, spans)}
-    covered: dict[int, str] = {}
-
-    def cover(start: int, what: str) -> None:
-        if start in covered and covered[start] != what:
-            problems.append(f"{page}: {found[start].shown!r} at {line_of(text, start)} is both {covered[start]} "
-                            f"and {what}")
-        covered[start] = what
-
-    for phrase, reason in entry.get("not_figures", {}).items():
-        hits = [t for m in phrase_pattern(phrase).finditer(text) for t in found.values()
-                if m.start() <= t.start < m.end() and t.rule is None]
-        if not hits:
-            problems.append(f"{page}: not_figures {phrase!r} matches no number of the page")
-        for t in hits:
-            cover(t.start, f"not a figure ({reason})")
-    for name, figures in entry.get("figures", {}).items():
-        doc = load_json(name)
-        for phrase, specs in figures.items():
-            specs = [specs] if isinstance(specs, str) else specs
-            pattern, matched = phrase_pattern(phrase), False
-            if pattern.groups != len(specs):
-                problems.append(f"{page}: {phrase!r} has {pattern.groups} figures and {len(specs)} fields")
-                continue
-            for m in pattern.finditer(text):
-                hits = [found.get(m.start(g + 1)) for g in range(pattern.groups)]
-                if any(t is None or t.rule or t.end != m.end(g + 1) for g, t in enumerate(hits)):
-                    continue  # inside code or a name: by rule no figure
-                matched = True
-                for t, spec in zip(hits, specs):
-                    cover(t.start, f"{name}: {spec}")
-                    if why := shows(t, doc, spec):
-                        problems.append(f"{page}: {t.shown} ({phrase!r}, {line_of(text, t.start)}): {why}")
-            if not matched:
-                problems.append(f"{page}: {phrase!r} ({name}) is not on the page")
-    for t in found.values():
-        if t.rule is None and t.start not in covered:
-            context = " ".join(text[max(0, t.start - 40):t.end + 20].split())
-            problems.append(f"{page}: unregistered figure {t.shown} at {line_of(text, t.start)}: ...{context}...")
-    return problems
-
-
-def line_of(text: str, offset: int) -> str:
-    return f"line {text.count(chr(10), 0, offset) + 1}"
-
-
-def doc_pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
-
-
-def page_name(page: Path) -> str:
-    return str(page.relative_to(ROOT))
 
 
 # --- the tests ---------------------------------------------------------------------------------
@@ -293,8 +48,8 @@ def test_the_registry_names_only_pages_and_results_files_that_exist():
     pages = {page_name(p) for p in doc_pages()}
     assert set(registry) <= pages, f"registry pages that do not exist: {sorted(set(registry) - pages)}"
     for page, entry in registry.items():
-        assert set(entry) <= {"figures", "not_figures", "tables"}, f"{page}: {sorted(entry)}"
-        for name in [*entry.get("figures", {}), *entry.get("tables", {})]:
+        assert set(entry) <= {"figures", "not_figures", "tables", "claims"}, f"{page}: {sorted(entry)}"
+        for name in [*entry.get("figures", {}), *entry.get("tables", {}), *entry.get("claims", {})]:
             assert (ROOT / name if "/" in name else RESULTS / name).is_file(), f"{page}: {name} does not exist"
 
 
@@ -344,6 +99,104 @@ def test_the_check_reports_new_figures_and_ignores_code():
     assert check_page("x.md", quiet, registry) == problems
     assert [t.rule is None for t in tokens("x1.082 and 12x, -8.6% and 0.22-0.31")] == [True] * 5
     assert [t.shown for t in tokens("-8.6% and 0.22-0.31")] == ["-8.6", "0.22", "0.31"]
+
+
+TTFT = "layouts.colocated.summary.paired_off_minus_batch50_p50_ms.stream.c1.client_ttft"  # negative: sooner
+
+
+def test_a_figure_must_have_its_fields_sign():
+    """A bare figure is read through its direction word: "sooner" for a negative difference passes,
+    "later" fails, and so does a negative field shown with neither a sign nor a word; a ratio has
+    no sign. The old check compared sizes only, so "28.9 ms later" passed where the file says sooner."""
+    timing = json.loads((RESULTS / "server_timing.json").read_text())
+    median = timing["layouts"]["colocated"]["summary"]["paired_off_minus_batch50_p50_ms"]["stream"]["c1"]
+    shown = f"{abs(median['client_ttft']['median']):.3f}"
+    assert median["client_ttft"]["median"] < 0  # the planted words below depend on it
+
+    def problems(text: str, phrase: str, spec: str = f"{TTFT}.median") -> list[str]:
+        return check_page("x.md", text, {"x.md": {"figures": {"server_timing.json": {phrase: spec}}}})
+
+    assert problems(f"the first token arrived {shown} ms sooner.", f"arrived {{{shown}}} ms") == []
+    assert problems(f"it was down {shown} ms.", f"down {{{shown}}} ms") == []
+    for text, why in ((f"the first token arrived {shown} ms later.", "says 28.901 'later'"),
+                      (f"the first token arrived {shown} ms slower.", "says 28.901 'slower'"),
+                      (f"it was up by {shown} ms.", "says 28.901 'up'"),
+                      (f"it moved {shown} ms.", "shown with neither its sign nor a direction word")):
+        found = problems(text, text.split(" ", 2)[2].replace(shown, "{" + shown + "}").rstrip("."))
+        assert len(found) == 1 and why.replace("28.901", shown) in found[0], (text, found)
+    assert problems(f"it moved -{shown} ms.", f"moved {{-{shown}}} ms") == []
+    assert problems(f"it moved +{shown} ms.", f"moved {{+{shown}}} ms") != []
+    # the shipped page with "sooner" turned into "later", on the page and in its registered phrase: caught
+    page, registry = (DOCS / "benchmarks.md").read_text(), load_registry()
+    figures = registry["docs/benchmarks.md"]["figures"]["server_timing.json"]
+    spec = figures.pop("the first token arrived {28.901} ms sooner at c=1")
+    figures["the first token arrived {28.901} ms later at c=1"] = spec
+    planted = page.replace("28.901 ms sooner", "28.901 ms later")
+    assert planted != page
+    (found,) = [p for p in check_page("docs/benchmarks.md", planted, registry) if "28.901" in p]
+    assert f"the page says 28.901 'later', but {spec} holds {median['client_ttft']['median']}" in found, found
+    ratio = {"x.md": {"figures": {"paired_ab.json": {"x{1.129} faster": "summary.embedded.c8_median_block_ratio"}}}}
+    assert check_page("x.md", "x1.129 faster", ratio) == []
+
+
+def test_what_a_fenced_block_shows_a_command_print_is_checked():
+    """Output lines and command comments of fenced blocks are figures like prose; a command's
+    arguments, config blocks and code are not. The old check blanked every fence, so README.md's
+    "solved 58/64" could say anything."""
+    registry, page = load_registry(), (ROOT / "README.md").read_text()
+    assert check_page("README.md", page, registry) == []
+    for old, new in (("solved 58/64 = 90.6% (95% CI", "solved 57/64 = 90.6% (95% CI"),
+                     ("(95% CI 81.0%-95.6%)", "(95% CI 81.0%-96.6%)"),
+                     ("# solved 58/64 = 90.6% ...", "# solved 58/64 = 92.6% ...")):
+        assert old in page, old
+        assert check_page("README.md", page.replace(old, new), registry) != [], new
+    text = ("```\nsolved 3 of them in 12.5 s\n$ maze-eval --seeds 40  # took 7.5 s\n```\n"
+            "```yaml\nconcurrency: 16   # 30 s\n```\n```bash\nmaze-eval -c 8   # 4.5 s\n```\n"
+            "```python\nx = range(64)   # frame: (175, 175, 3) at 2026-12-04T17:54:20+00:00\n```\n")
+    shown = [t.shown for t in tokens(text) if t.rule is None]
+    assert shown == ["3", "12.5", "7.5", "4.5", "175", "175", "3"], shown
+
+
+def test_claims_about_rounds_and_spreads_must_be_registered_and_hold():
+    """"in every round", "in sign", "within the ... spread" are claims: unregistered they fail, and a
+    registered one is checked against its field. The old pages said the paired medians were
+    "consistent in sign over the rounds" and that two variants moved "both sides alike within a run's
+    spread"; the results files say otherwise."""
+    registry = load_registry()
+    old_timing = ("the p50s of one stack and the paired medians, consistent in sign over the rounds, are what "
+                  "the file is for.")
+    assert any("unregistered claim 'in sign'" in p for p in check_page("x.md", old_timing, registry))
+    rounds = "layouts.colocated.summary.paired_off_minus_batch50_p50_ms.stream.c1.client_last.rounds"
+    timing = {"x.md": {"claims": {"server_timing.json": {"came sooner in every round": f"all_negative {rounds}"}}}}
+    assert any("does not hold" in p for p in check_page("x.md", "the last chunk came sooner in every round", timing))
+    timing["x.md"]["claims"]["server_timing.json"] = {"but not in every round": f"mixed_sign {rounds}"}
+    assert check_page("x.md", "sooner at the median, but not in every round", timing) == []
+    old_ab = "The allocator and the image cache move both sides alike within a run's spread."
+    glibc = "within summary.glibc-mmap-default.c1_median_block_ratio summary.embedded.c1_spread"
+    spread = {"x.md": {"claims": {"paired_ab.json": {"alike within a run's spread": glibc}}}}
+    assert any("does not hold" in p for p in check_page("x.md", old_ab, spread))
+    assert any("unregistered claim" in p for p in check_page("x.md", old_ab, {}))
+    assert any("is not on the page" in p for p in check_page("x.md", "nothing here", spread))
+
+
+def test_the_compare_example_pairs_the_shipped_outcomes():
+    """docs/lifecycle.md's ``maze-eval compare`` output is the stable version's outcomes
+    (models/scores_gateway.json) paired by seed with the canary's, an untrained LoRA that plays as
+    its base (models/scores_hf.json's maze-tiny), with the product's McNemar test."""
+    from evaluation.stats import mcnemar_exact
+
+    def outcomes(name: str, model: str) -> dict[str, bool]:
+        (row,) = [r for r in json.loads((ROOT / "models" / name).read_text()) if r["model"] == model]
+        return row["outcomes"]
+
+    a, b = outcomes("scores_gateway.json", "maze-grpo"), outcomes("scores_hf.json", "maze-tiny")
+    seeds = set(a) & set(b)
+    both, only_a, only_b = (sum(1 for s in seeds if x(a[s], b[s])) for x in (
+        lambda p, q: p and q, lambda p, q: p and not q, lambda p, q: q and not p))
+    neither = len(seeds) - both - only_a - only_b
+    page = (DOCS / "lifecycle.md").read_text()
+    assert f"# {len(seeds)} paired seeds: both {both}, only A {only_a}, only B {only_b}, neither {neither}\n" in page
+    assert f"exact McNemar p = {mcnemar_exact(only_a, only_b):.3g}\n" in page
 
 
 def test_results_hold_one_file_per_benchmark_no_run_variants():
