@@ -199,6 +199,20 @@ def test_the_compare_example_pairs_the_shipped_outcomes():
     assert f"exact McNemar p = {mcnemar_exact(only_a, only_b):.3g}\n" in page
 
 
+PRODUCT = ("agent", "serving", "evaluation", "training", "maze_gateway")
+SPEED_RATIO = re.compile(r"~?\d+(?:\.\d+)?x (?:slower|faster|quicker|cheaper)|\d+(?:\.\d+)?% (?:slower|faster|quicker)")
+
+
+def test_product_text_states_no_speed_ratio():
+    """A measured speed-up belongs to a results file and the page that cites it (where the figures
+    check holds it to its field), not to a docstring or a field description, where it goes stale
+    unnoticed (``lora.cpu_kernels`` said ~12x slower after that result was gone)."""
+    hits = [f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
+            for package in PRODUCT for path in sorted((ROOT / package).rglob("*.py"))
+            for text in [path.read_text()] for m in SPEED_RATIO.finditer(text)]
+    assert not hits, "\n".join(hits)
+
+
 def test_results_hold_one_file_per_benchmark_no_run_variants():
     variants = [p.name for p in RESULTS.iterdir() if RUN_VARIANT.search(p.stem)]
     assert not variants, f"run variants under benchmarks/results: {variants}"

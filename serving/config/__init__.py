@@ -147,7 +147,8 @@ class LoraSpec(SectionModel):
             "LoRA arithmetic of CPU engines. 'grouped': the kernels of serving.engine.lora_kernels (token rows "
             "grouped by adapter, two small matrix products per group), installed into the engine's worker through "
             "vLLM's worker_extension_cls; 'vllm': vLLM's own CPU ops, which copy the LoRA weights once per "
-            "token (~12x slower evaluation through an adapter; docs/benchmarks.md). No effect on GPU engines"
+            "token, so their cost grows with tokens times weights (benchmarks/lora_parity.py --cpu-kernels vllm "
+            "measures them against 'grouped'). No effect on GPU engines"
         ),
     )
     cpu_merged_slots: int = Field(

@@ -10,9 +10,9 @@ and the group-relative advantage of the 1/0 outcome goes to that one sampled rep
 The reward is still the environment's: no solver, no shaping. This is tree-shaped rollout
 with group-relative advantages (as in tree-search variants of GRPO); it is not a SkyRL setting.
 
-Measured on the shipped adapter (models/MODEL_CARD.md item 10): the branches from failed greedy
-episodes solved 2.5% of the time and 94% of the groups were all zeros, because after one different
-reply greedy play walks back into the same mistake. It stays as a switch and a probe.
+On the shipped adapter the branches from failed greedy episodes seldom solve and most groups are
+all zeros: after one different reply, greedy play walks back into the same mistake. It stays as a
+switch and a probe.
 """
 
 from __future__ import annotations
