@@ -98,7 +98,7 @@ def _png_chunk(tag: bytes, data: bytes) -> bytes:
 def encode_png(frame: np.ndarray) -> bytes:
     """PNG bytes of an RGB frame: 8-bit truecolour, no filter, zlib level 1.
 
-    Written directly (not through Pillow, whose per-image overhead is ~3x the whole encode) since
+    Written directly (not through Pillow, whose per-image overhead outweighs the encode itself) since
     the runner encodes one frame per turn; flat colours compress well at the fastest level.
     """
     height, width, _ = frame.shape

@@ -69,7 +69,7 @@ class OpenAIPolicy:
             base_url=endpoint.base_url, api_key=endpoint.api_key, timeout=endpoint.timeout_s, max_retries=0
         )
         # The /ready probe's client, built here rather than when a run starts waiting: building one
-        # loads the CA bundle (~20 ms of CPU, seconds on a loaded machine) inside the event loop. A
+        # loads the CA bundle (CPU work that a loaded machine stretches to seconds) inside the event loop. A
         # plain-HTTP endpoint has no certificate to check, so it skips the bundle.
         self._probe = httpx.AsyncClient(timeout=READY_POLL_S * 5,
                                         verify=not endpoint.base_url.startswith("http://"))
@@ -86,8 +86,8 @@ class OpenAIPolicy:
             body["seed"] = sampling.seed
         try:
             # The client's generic post: same transport, auth, errors and response model as
-            # chat.completions.create, without its recursive walk over the request params, which
-            # costs ~9 ms a turn once the history holds a dozen images.
+            # chat.completions.create, without its recursive walk over the request params, whose
+            # cost grows with every image the history holds.
             session = EPISODE_SESSION.get()
             options: Any = {"headers": {SESSION_HEADER: session}} if session else {}
             resp = await self.client.post("/chat/completions", cast_to=ChatCompletion, body=body, options=options)

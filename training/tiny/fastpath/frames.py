@@ -113,8 +113,8 @@ class FrameBank:
 
     A frame is 196 patches x 1536 values: 1.2 MB in float32, 15.7 GB for the whole catalog. So on
     CPU the table holds at most ``max_frames`` (default 2048, 2.4 GB): when a request would pass
-    that, the table is emptied and refilled with what is asked (processing a frame costs ~2 ms on
-    CPU, the model far more). A whole-catalog :meth:`fill` is never capped.
+    that, the table is emptied and refilled with what is asked (processing a frame costs far less
+    than the model's step on it). A whole-catalog :meth:`fill` is never capped.
     """
 
     CPU_MAX_FRAMES = 2048
