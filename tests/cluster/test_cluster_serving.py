@@ -292,37 +292,68 @@ def test_one_limit_across_two_ingress_replicas(cluster_app):
     assert sum(r["requests"] for r in usage) == sent and sum(r["errors"] for r in usage) == sent - LIMIT
 
 
-def adapter_worker(state) -> int:
-    """The worker node whose LLM replica holds maze-grpo (Serve's multiplexed-model gauge)."""
-    from serving.local.cluster import worker_of
-
-    placement = ready(state)[1]["replicas"][LLM]["placement"]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        holders = {s.labels["replica"] for s in scrape(state) if s.name == "ray_serve_registered_multiplexed_model_id"
-                   and s.value == 1 and s.labels.get("model_id", "").startswith("maze-tiny:maze-grpo@")}
-        for replica in sorted(holders & set(placement)):
-            worker = worker_of(state.dashboard_url, placement[replica])
-            if worker is not None:
-                return worker
-        time.sleep(2)
-    raise AssertionError(f"no replica reports holding maze-grpo; placement {placement}")
-
-
 def gateway_outcomes(model: str) -> dict[int, bool]:
     """The single-node gateway's greedy outcomes per seed (models/scores_gateway.json)."""
     (row,) = [r for r in json.loads((ROOT / "models" / "scores_gateway.json").read_text()) if r["model"] == model]
     return {int(k): bool(v) for k, v in row["outcomes"].items()}
 
 
-# The node is killed after 8 episodes, with 16 in flight on it and 8 not started yet.
+# The node is killed after 8 episodes, with 16 in flight and 8 not started yet.
 NODE_LOSS_SEEDS = 32
+LONG_NAME = "maze-grpo-long"  # maze-grpo's weights under a name of its own: one replica holds it
+
+
+def _long_stream(state, out: dict, started: threading.Event) -> None:
+    """A stream of thousands of tokens for LONG_NAME: ``out`` says whether it ended as a stream
+    should ([DONE], no error event) or broke."""
+    body = {"model": f"maze-tiny:{LONG_NAME}", "messages": image_messages(), "max_tokens": 3000,
+            "ignore_eos": True, "stream": True, "temperature": 0}
+    out.update(chunks=0, done=False, error=None)
+    try:
+        with httpx.stream("POST", f"{state.base_url}/chat/completions", json=body, timeout=300,
+                          headers={"Authorization": f"Bearer {ADMIN}"}) as r:
+            out["status"] = r.status_code
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    out["chunks"] += 1
+                    started.set()
+                    out["done"] = out["done"] or line == "data: [DONE]"
+                    if '"error"' in line:
+                        out["error"] = line[:300]
+    except httpx.HTTPError as exc:
+        out["error"] = repr(exc)
+    finally:
+        started.set()
+
+
+def holder_worker(state, name: str) -> int:
+    """The worker node whose LLM replica holds adapter ``name`` (Serve's multiplexed-model gauge)."""
+    from serving.local.cluster import worker_of
+
+    placement = ready(state)[1]["replicas"][LLM]["placement"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        holders = {s.labels["replica"] for s in scrape(state) if s.name == "ray_serve_registered_multiplexed_model_id"
+                   and s.value == 1 and s.labels.get("model_id", "").startswith(f"maze-tiny:{name}@")}
+        if len(holders) > 1:
+            raise AssertionError(f"{name} is held by {sorted(holders)}: its one stream loaded it twice")
+        for replica in sorted(holders & set(placement)):
+            worker = worker_of(state.dashboard_url, placement[replica])
+            if worker is not None:
+                return worker
+        time.sleep(2)
+    raise AssertionError(f"no replica reports holding {name}; placement {placement}")
 
 
 def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
+    from serving.adapters import AdapterStore, export_s3_env
     from serving.local import cluster
 
-    _, state = cluster_app
+    cfg, state = cluster_app
+    export_s3_env(cfg)
+    spec = cfg.base_models[0]
+    AdapterStore(cfg.adapters).push(ROOT / "models" / "maze-grpo", LONG_NAME, base=spec.id, base_source=spec.source,
+                                    max_rank=cfg.lora.max_rank, vision_tower=cfg.lora.vision_tower)
     db = str(tmp_path / "eval.sqlite")
     done = threading.Event()
     finished = []
@@ -332,18 +363,26 @@ def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
         if n >= 8:
             done.set()
 
-    pool = cf.ThreadPoolExecutor(1)
+    pool = cf.ThreadPoolExecutor(2)
     future = pool.submit(evaluate, EvalConfig(endpoint=state.base_url, api_key=ADMIN, adapter="maze-grpo",
                                               seeds=f"0-{NODE_LOSS_SEEDS - 1}", concurrency=16, db=db),
                          on_episode=on_episode)
     future.add_done_callback(lambda _: done.set())
     assert done.wait(600)
     assert not future.done(), future.result()  # still running when the node goes
-    # Kill the node whose replica holds the adapter: multiplexed routing sends the run's requests
-    # there, so the loss hits requests in flight (killing the other node may touch none).
-    worker = adapter_worker(state)
+    # Kill the node where a request is in flight for sure: the long stream's, on the one replica
+    # holding its adapter (the run's own requests come and go between turns, and its adapter is on
+    # both replicas, so a node picked for it may hold none of them at that instant).
+    stream, streaming = {}, threading.Event()
+    stream_done = pool.submit(_long_stream, state, stream, streaming)
+    assert streaming.wait(120) and stream["chunks"] > 0, stream
+    worker = holder_worker(state, LONG_NAME)
+    assert not stream_done.done(), stream  # still streaming when its node goes
     killed_at, episodes_before = time.monotonic(), len(finished)
     assert cluster.kill_worker(worker)
+    stream_done.result(timeout=300)
+    # The stream in flight there broke: it did not end as a finished stream would.
+    assert not stream["done"] or stream["error"], stream
     # Readiness shows the loss (still 200: the other replica serves) ...
     lost_s = None
     while time.monotonic() < killed_at + 120:
@@ -365,15 +404,16 @@ def test_eval_survives_losing_a_worker_node(cluster_app, tmp_path):
     result = future.result(timeout=900)
     pool.shutdown()
     rr = result.retries
-    print(f"\nkilled worker {worker} (holding the adapter) after {episodes_before} episodes; readiness degraded after {lost_s:.1f}s, back to 2 replicas after "
+    print(f"\nkilled worker {worker} (its replica running the long stream: {stream}) after {episodes_before} "
+          f"episodes; readiness degraded after {lost_s:.1f}s, back to 2 replicas after "
           f"{back_s}s; retries {rr.model_dump()}; solved {result.summary.solved}/{NODE_LOSS_SEEDS}")
     assert back_s is not None, body
     assert result.status == "complete" and result.summary.n == NODE_LOSS_SEEDS and result.summary.errors == 0
     rows = Store(db).episode_rows(result.run_id)
     assert sorted(r["seed"] for r in rows) == list(range(NODE_LOSS_SEEDS))  # exactly these, none duplicated
     # What the product guarantees is the run above: complete, every seed once, none errored. Whether
-    # the runner had to retry depends on the moment of the kill: with the adapter spread over both
-    # replicas, the killed one may hold no request then, or Serve may re-route one before it starts.
+    # the runner had to retry depends on the moment of the kill: its adapter is spread over both
+    # replicas, the killed one may hold none of its requests then, or Serve may re-route one before it starts.
     assert rr.errored == 0
     assert rr.retried_requests == 0 or rr.recovery_s is not None, rr  # a retry that got through says when
     outcomes = {r["seed"]: bool(r["success"]) for r in rows}
