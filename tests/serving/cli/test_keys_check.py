@@ -106,9 +106,12 @@ def test_a_directory_or_nothing_in_the_files_place(tmp_path):
 
 @pytest.mark.parametrize("edit", LEAKY_EDITS)
 def test_the_check_shows_no_secret(tmp_path, edit):
-    done = check(written(tmp_path, edit))
-    assert done.exit_code == 2 and not shows_token(done.output), done.output
-    assert not shows_token(check(written(tmp_path, edit), "--json").stdout)
+    path = written(tmp_path, edit)
+    done = check(path)
+    assert done.exit_code == 2 and done.stderr.startswith(f"error: {path}: "), done.output
+    assert not shows_token(done.output), done.output
+    report = json.loads(check(path, "--json").stdout)
+    assert report["problems"] and not shows_token(json.dumps(report))
 
 
 @pytest.mark.parametrize("content", [VALID, EARLIER_RELEASE, *LEAKY_EDITS, b"keys: []\n\xfe", "keys: []"])
