@@ -6,7 +6,9 @@ A key (``config.ApiKeySpec``) names a tenant, the models it may call (fnmatch pa
 * ``inference``: call and list the models its patterns cover;
 * ``publisher``: also push versions of, run canaries on, promote, abort and roll back the adapter
   names its patterns cover (``base:name`` matched for some served base);
-* ``admin``: everything, on every name (its patterns still decide what it calls and lists).
+* ``admin``: everything, on every name (its patterns still decide what it calls and lists), and
+  alone may remove a name or force a version past its parity check (``force-parity``: a move that
+  starts a version serving although its parity failed or was not compared).
 
 Keys come from a key file (``auth.keys_file``, e.g. a mounted Kubernetes Secret), an env var
 holding the same content (``auth.keys_env``), and the flat list of ``auth.api_keys_env`` (each an
@@ -51,7 +53,7 @@ from serving.metrics import metric
 log = logging.getLogger(__name__)
 
 PUBLISH_ACTIONS = ("push", "canary", "abort", "promote", "rollback")  # a publisher's, on its own names
-ADMIN_ACTIONS = ("remove",)
+ADMIN_ACTIONS = ("remove", "force-parity")
 
 
 def digest(token: str) -> str:
@@ -80,8 +82,8 @@ class Principal:
         return any(fnmatch.fnmatchcase(unversioned, p) for p in self.models)
 
     def may_manage(self, action: str, name: str, bases: list[str] | tuple[str, ...]) -> bool:
-        """Whether the key may ``action`` (push, canary, abort, promote, rollback, remove) the
-        adapter ``name`` published for one of ``bases``."""
+        """Whether the key may ``action`` (push, canary, abort, promote, rollback; remove and
+        force-parity: admins only) the adapter ``name`` published for one of ``bases``."""
         if self.role == "admin":
             return True
         if self.role != "publisher" or action not in PUBLISH_ACTIONS:
@@ -92,6 +94,8 @@ class Principal:
         if not self.may_manage(action, name, bases):
             why = (f"its role is {self.role!r}" if self.role == "inference" or action not in PUBLISH_ACTIONS
                    else f"its models {list(self.models)} do not cover {name!r}")
+            if action in ADMIN_ACTIONS:
+                why += " (only an admin may)"
             raise Forbidden(f"key {self.name!r} may not {action} adapter {name!r}: {why}")
 
     @property
