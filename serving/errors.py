@@ -110,11 +110,24 @@ class NoCanary(ServingError):
     status_code, error_type, code = 409, "invalid_request_error", "no_canary"
 
 
-class ParityFailed(ServingError):
-    """The version's recorded parity check failed (served outputs differ from its reference): it is
-    not promoted unless forced."""
+class ParityNotPassed(ServingError):
+    """The version's recorded parity check did not pass: it does not start serving (promote, canary,
+    rollback, push) unless an admin forces it."""
 
-    status_code, error_type, code = 409, "invalid_request_error", "adapter_parity_failed"
+    status_code, error_type, code = 409, "invalid_request_error", "adapter_parity_not_passed"
+
+
+class ParityFailed(ParityNotPassed):
+    """The version's recorded parity check failed (served outputs differ from its reference)."""
+
+    code = "adapter_parity_failed"
+
+
+class ParityNotCompared(ParityNotPassed):
+    """The version's parity was checked only against the base's served output (no reference where it
+    was measured), and the store's config does not let such a check suffice."""
+
+    code = "adapter_parity_not_compared"
 
 
 class RequestTooLarge(ServingError):

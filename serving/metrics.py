@@ -87,7 +87,8 @@ def _instruments() -> dict:
                                       tag_keys=("action",)),
         "key_source_errors": Counter("maze_gateway_key_source_errors",
                                      "failed reads of an API key source (auth.keys_file, auth.keys_env) by reason "
-                                     "(missing, unreadable, empty, yaml, invalid)", tag_keys=("reason",)),
+                                     "(missing, unreadable, changed, encoding, empty, yaml, invalid, error)",
+                                     tag_keys=("reason",)),
     }
 
 

@@ -150,7 +150,7 @@ ROOM_RULES = {
     "ingress": {"adapters", "auth", "engine", "placement"},
     "parity": {"adapters"},
     "local": {"adapters", "engine", "ingress", "app"},
-    "cli": {"adapters", "placement", "parity", "local", "k8s"},
+    "cli": {"adapters", "auth", "placement", "parity", "local", "k8s"},  # auth: `keys check`
 }
 BASE = {"config", "errors", "metrics"}
 

@@ -69,7 +69,8 @@ class WatchConfig(ConfigModel):
     ledger: str | None = Field(None, description="the ledger file; None: default_ledger_path(source, adapter)")
     parity: bool = Field(True, description="before scoring a step, check that the gateway serves its version as "
                                            "trained (serving.parity) and keep the result with the version; a "
-                                           "step whose parity failed is not scored")
+                                           "step whose parity failed is not scored (one not compared with a "
+                                           "reference is, and the watch says so)")
 
     @property
     def ledger_path(self) -> Path:
@@ -231,7 +232,13 @@ class Watcher:
         version, run = await asyncio.to_thread(self._known, store, step.step)
         action = next_action(linked=False, version=version, run_status=run and run["status"])
         if action is Action.PUBLISH:
-            version = await self._publish(step.step)
+            from serving.errors import ParityNotPassed
+
+            try:
+                version = await self._publish(step.step)
+            except ParityNotPassed as exc:  # its files were published before and their parity did not pass
+                self.say(f"step {step.step}: not published: {exc}; not scored")
+                return StepOutcome(step.step, action, None, None, complete=False)
             action = Action.SCORE
         if action in (Action.SCORE, Action.RESUME):
             if not await self._parity_ok(step.step, version):
@@ -268,7 +275,11 @@ class Watcher:
         return done.version
 
     async def _parity_ok(self, step: int, version: str) -> bool:
-        """Served parity of the step's version, measured once (kept in the adapter store) before it is scored."""
+        """Served parity of the step's version, measured once (kept in the adapter store) before it is scored.
+
+        A step whose parity failed is not scored; one not compared (no reference where it was measured:
+        only that it changes the served output) is, and the watch says so: scoring reads the version
+        served, whatever the store's gate on moves decides."""
         if not self.cfg.parity:
             return True
         from serving.adapters import AdapterStore, export_s3_env, parity_label
@@ -283,9 +294,12 @@ class Watcher:
             _, record = await asyncio.to_thread(check_served, cfg, gateway, self.cfg.adapter, version,
                                                 base=self.cfg.base)
             self.say(f"step {step}: parity {parity_label(record)} ({record.detail})")
-        if not record.ok:
+        if record.ok is False:
             self.say(f"step {step}: version {version} is not served as trained ({record.detail}); not scored")
-        return record.ok
+        elif record.ok is None:
+            self.say(f"step {step}: version {version}'s parity was not compared with a reference ({record.detail}); "
+                     "scored as served")
+        return record.ok is not False
 
     async def _score(self, store, step: ExportStep, version: str, run: dict | None, action: Action) -> StepOutcome:
         from evaluation import evaluate_async

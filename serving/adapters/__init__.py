@@ -3,9 +3,10 @@
 :class:`AdapterStore` publishes a peft LoRA folder atomically under a content version, moves a
 name's alias (promote, rollback, canary), re-hashes a version's stored files (verify), downloads a
 version streamed and hashed (the replica's load, a parity measurement) and keeps its parity records
-(:mod:`~serving.adapters.parity`); :class:`AdapterResolver` is the ingress's cached lookup of a
-name's version; :mod:`~serving.adapters.files` checks a folder before upload and after download,
-and :mod:`~serving.adapters.modules` that the engine would serve it as trained.
+(:mod:`~serving.adapters.parity`), which gate every move that starts a version serving;
+:class:`AdapterResolver` is the ingress's cached lookup of a name's version;
+:mod:`~serving.adapters.files` checks a folder before upload and after download, and
+:mod:`~serving.adapters.modules` that the engine would serve it as trained.
 
 Every byte goes through one door, :class:`ObjectStore` (:mod:`~serving.adapters.objects`: get,
 stream, put, head, delete, one paginated listing, conditional replace, in the project's errors),
@@ -21,13 +22,13 @@ from serving.adapters.files import CONFIG, WEIGHTS, verify_adapter_folder
 from serving.adapters.model_id import ModelId
 from serving.adapters.modules import inspect_adapter
 from serving.adapters.objects import ObjectStore
-from serving.adapters.parity import ParityRecord, parity_label
-from serving.adapters.refs import AdapterRef, AliasMove, check_name, now
+from serving.adapters.parity import NOT_COMPARED, ParityRecord, parity_label, parity_of
+from serving.adapters.refs import AdapterRef, AliasMove, check_name, move_of, now
 from serving.adapters.resolver import AdapterResolver
 from serving.adapters.s3 import export_s3_env, is_local, s3_env, spec_from_env
 from serving.adapters.store import AdapterStore
 
-__all__ = ["CONFIG", "WEIGHTS", "AdapterRef", "AdapterResolver", "AdapterStore", "AliasMove", "Canary", "ModelId",
-           "ObjectStore", "ParityRecord", "VerifyReport", "check_name", "export_s3_env", "inspect_adapter", "is_local",
-           "now", "open_objects", "parity_label", "s3_env", "serves_canary", "session_key", "spec_from_env",
-           "verify_adapter_folder"]
+__all__ = ["CONFIG", "NOT_COMPARED", "WEIGHTS", "AdapterRef", "AdapterResolver", "AdapterStore", "AliasMove", "Canary",
+           "ModelId", "ObjectStore", "ParityRecord", "VerifyReport", "check_name", "export_s3_env", "inspect_adapter",
+           "is_local", "move_of", "now", "open_objects", "parity_label", "parity_of", "s3_env", "serves_canary",
+           "session_key", "spec_from_env", "verify_adapter_folder"]

@@ -5,8 +5,9 @@
 that hash to anything else were changed after publishing (overwritten, corrupted) and are not what
 was published. :meth:`VersionChecks.fetch` is the same check on the streamed, hashed download of a
 version into a folder (what a parity measurement reads). :meth:`VersionChecks.record_parity` keeps a
-parity measurement's result in the ref (``serving.adapters.parity``), where :meth:`promote
-<serving.adapters.AdapterStore.promote>` reads it.
+parity measurement's result in the ref (``serving.adapters.parity``), where every move that starts a
+version serving reads it (``serving.adapters.moves``); a failed result for a version that serves
+stops it serving in the same write (:func:`~serving.adapters.moves.stop_failed`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 
 from serving.adapters.files import CONFIG, WEIGHTS, content_version_of
 from serving.adapters.layout import Refs, Versions
-from serving.adapters.parity import ParityRecord, kept_parity, parity_of, parity_record
+from serving.adapters.moves import stop_failed
+from serving.adapters.parity import ParityRecord, kept_parity, parity_label, parity_of, parity_record
 from serving.adapters.refs import check_version, history_of, now, ref_of
 from serving.errors import AdapterIntegrityError, AdapterLoadFailed, AdapterNotFound
 
@@ -43,10 +45,11 @@ class VerifyReport:
 
 class VersionChecks:
     """The version checks of :class:`serving.adapters.AdapterStore`, given what they use: the names'
-    refs (read, conditionally replaced) and the versions' files (their presence and bytes)."""
+    refs (read, conditionally replaced), the versions' files (their presence and bytes) and whether a
+    parity check without a reference lets a version serve (``adapters.parity_without_reference``)."""
 
-    def __init__(self, refs: Refs, versions: Versions):
-        self.refs, self.versions = refs, versions
+    def __init__(self, refs: Refs, versions: Versions, *, reference_free: bool = False):
+        self.refs, self.versions, self.reference_free = refs, versions, reference_free
 
     def verify(self, name: str, version: str | None = None, *, check: bool = True) -> VerifyReport:
         """Download ``name@version`` (without ``version``: the version served now) and re-hash its
@@ -99,6 +102,10 @@ class VersionChecks:
         ``at`` defaults to now). Records are kept for the versions the ref's history holds, so the
         version must have been pushed, promoted or canaried under ``name``.
 
+        A failed record of a version the name serves stops it serving in the same write (its canary
+        ends, or the alias rolls back: :func:`~serving.adapters.moves.stop_failed`, recorded in the
+        history with the reason).
+
         Raises:
             BadAdapterName (400), BadRequest (400: a malformed result), AdapterNotFound (404: no such
             name, or a version its history does not hold), AdapterRefConflict (409),
@@ -114,10 +121,17 @@ class VersionChecks:
             if version not in versions:
                 raise AdapterNotFound(f"adapter {name!r} has no version {version} in its history: parity is "
                                       "recorded for versions pushed, promoted or canaried under the name")
-            return {**doc, "parity": {**kept_parity(doc, versions), version: record.__dict__}}
+            new = {**doc, "parity": {**kept_parity(doc, versions), version: record.__dict__}}
+            if record.ok is False:
+                new, move = stop_failed(new, version, record, reference_free=self.reference_free)
+                stopped[:] = [move] if move else []  # the last attempt's: the write may be retried
+            return new
 
+        stopped: list = []
         self.refs.update(name, change)
-        log.info("adapter %s@%s: parity %s recorded", name, version, "ok" if record.ok else "FAILED")
+        log.info("adapter %s@%s: parity %s recorded", name, version, parity_label(record))
+        for move in stopped:
+            log.warning("adapter %s@%s stopped serving (%s): %s", name, version, move.action, move.reason)
         return record
 
     def parity(self, name: str) -> dict[str, ParityRecord]:

@@ -9,7 +9,7 @@ and version checks, the moves recorded in ``history`` (newest first), and the pu
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,7 +42,12 @@ def check_version(version: str) -> str:
 @dataclass(frozen=True)
 class AliasMove:
     """One move of an alias: which version it pointed to from when on, and why; for a canary
-    (``canary``: started or re-weighted, ``abort``: ended unpromoted) the canary's version."""
+    (``canary``: started or re-weighted, ``abort``: ended unpromoted) the canary's version.
+
+    A move an admin forced past the version's parity (``serving.adapters.parity``) keeps the parity it
+    was forced past (``forced``: ``FAILED 0.31``, ``not compared``) and, made through the gateway
+    with auth on, the key that forced it (``by``); a move the store made itself says why (``reason``:
+    a version whose parity failed while it served stops serving)."""
 
     version: str
     at: str
@@ -50,6 +55,23 @@ class AliasMove:
     base: str | None = None
     rank: int | None = None
     weight: float | None = None  # the canary's share in percent (canary moves only)
+    forced: str | None = None
+    by: str | None = None
+    reason: str | None = None
+
+
+_MOVE_FIELDS = tuple(f.name for f in fields(AliasMove))
+_OPTIONAL = ("forced", "by", "reason")  # written only when set: readers that predate them keep reading the history
+
+
+def move_of(entry: dict[str, Any]) -> AliasMove:
+    """A history entry as an :class:`AliasMove` (fields a newer writer added are ignored)."""
+    return AliasMove(**{k: v for k, v in entry.items() if k in _MOVE_FIELDS})
+
+
+def entry_of(move: AliasMove) -> dict[str, Any]:
+    """``move`` as a history entry: the fields of :data:`_OPTIONAL` only when set."""
+    return {k: v for k, v in move.__dict__.items() if v is not None or k not in _OPTIONAL}
 
 
 @dataclass(frozen=True)
@@ -86,7 +108,7 @@ def history_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def with_move(doc: dict[str, Any] | None, move: AliasMove) -> list[dict[str, Any]]:
     """``doc``'s history with ``move`` in front, cut to :data:`HISTORY_KEEP` moves."""
-    return [move.__dict__, *history_of(doc)][:HISTORY_KEEP] if doc else [move.__dict__]
+    return [entry_of(move), *history_of(doc)][:HISTORY_KEEP] if doc else [entry_of(move)]
 
 
 def ref_of(name: str, doc: dict[str, Any]) -> AdapterRef:

@@ -85,8 +85,9 @@ class AdapterStore:
         self.spec = spec
         self.objects = open_objects(spec) if objects is None else objects
         self.refs, self.versions = Refs(self.objects), Versions(self.objects)
-        self.moves = AliasMoves(self.refs, self.versions)
-        self.checks = VersionChecks(self.refs, self.versions)
+        reference_free = spec.parity_without_reference
+        self.moves = AliasMoves(self.refs, self.versions, reference_free=reference_free)
+        self.checks = VersionChecks(self.refs, self.versions, reference_free=reference_free)
 
     # -- reads ---------------------------------------------------------------------------
     def resolve(self, name: str) -> AdapterRef:
@@ -155,7 +156,7 @@ class AdapterStore:
     # -- writes --------------------------------------------------------------------------
     def push(self, folder: str | Path, name: str, *, base: str | None = None, base_source: str | None = None,
              max_rank: int = 32, force: bool = False, canary: float | None = None,
-             vision_tower: bool = False) -> AdapterRef:
+             vision_tower: bool = False, force_parity: bool = False, forced_by: str | None = None) -> AdapterRef:
         """Validate and publish a local adapter folder as ``name``.
 
         Weights go up first, then adapter_config.json, then the ref that makes the version
@@ -164,10 +165,13 @@ class AdapterStore:
         served: it becomes the name's canary at that weight (:meth:`canary`). ``vision_tower`` is the
         serving config's ``lora.vision_tower``: without it, an adapter with trained vision-tower
         modules is refused (the engine would serve it without them), before anything is uploaded.
+        Files pushed before under ``name`` are the same version, judged by its parity record as any
+        move that starts a version serving (:meth:`AliasMoves.gate
+        <serving.adapters.moves.AliasMoves.gate>`), unless ``force_parity``.
 
         Raises:
             BadAdapterName, AdapterInvalid (400; AdapterNotServable: served other than trained),
-            InvalidCanary (400), AdapterExists (409),
+            InvalidCanary (400), AdapterExists (409), ParityNotPassed (409: not forced),
             AdapterNotFound (404: a canary for a name not published yet), AdapterStoreUnavailable (503).
         """
         check_name(name)
@@ -179,7 +183,7 @@ class AdapterStore:
                 raise AdapterNotFound(f"adapter {name!r} is not published yet: a canary needs a version served "
                                       "to split with (push it without a canary first)")
             self.versions.upload(folder, name, version)
-            return self.canary(name, version, weight)
+            return self.canary(name, version, weight, force_parity=force_parity, forced_by=forced_by)
 
         def check(doc: dict[str, Any] | None) -> None:
             if doc is not None and doc["version"] != version and not force:
@@ -189,9 +193,10 @@ class AdapterStore:
         check(current)
         if current is not None and current["version"] == version:
             return ref_of(name, current)
+        self.moves.gate(name, version, current, "push", force=force_parity)  # refused before the upload
         self.versions.upload(folder, name, version)
         move = AliasMove(version=version, at=now(), action="push", base=base, rank=cfg["r"])
-        ref = self.moves.point(name, move, check=check)
+        ref = self.moves.point(name, move, check=check, force_parity=force_parity, forced_by=forced_by)
         log.info("published adapter %s version %s", name, version)
         return ref
 
@@ -223,16 +228,18 @@ class AdapterStore:
         return self.moves.history(name)
 
     @_doc_of(AliasMoves.promote)
-    def promote(self, name: str, version: str | None = None, *, force: bool = False) -> AdapterRef:
-        return self.moves.promote(name, version, force=force)
+    def promote(self, name: str, version: str | None = None, *, force_parity: bool = False,
+                forced_by: str | None = None) -> AdapterRef:
+        return self.moves.promote(name, version, force_parity=force_parity, forced_by=forced_by)
 
     @_doc_of(AliasMoves.rollback)
-    def rollback(self, name: str) -> AdapterRef:
-        return self.moves.rollback(name)
+    def rollback(self, name: str, *, force_parity: bool = False, forced_by: str | None = None) -> AdapterRef:
+        return self.moves.rollback(name, force_parity=force_parity, forced_by=forced_by)
 
     @_doc_of(AliasMoves.canary)
-    def canary(self, name: str, version: str, weight: float) -> AdapterRef:
-        return self.moves.canary(name, version, weight)
+    def canary(self, name: str, version: str, weight: float, *, force_parity: bool = False,
+               forced_by: str | None = None) -> AdapterRef:
+        return self.moves.canary(name, version, weight, force_parity=force_parity, forced_by=forced_by)
 
     @_doc_of(AliasMoves.abort_canary)
     def abort_canary(self, name: str) -> AdapterRef:

@@ -6,7 +6,9 @@ A key (``config.ApiKeySpec``) names a tenant, the models it may call (fnmatch pa
 * ``inference``: call and list the models its patterns cover;
 * ``publisher``: also push versions of, run canaries on, promote, abort and roll back the adapter
   names its patterns cover (``base:name`` matched for some served base);
-* ``admin``: everything, on every name (its patterns still decide what it calls and lists).
+* ``admin``: everything, on every name (its patterns still decide what it calls and lists), and
+  alone may remove a name or force a version past its parity check (``force-parity``: a move that
+  starts a version serving although its parity failed or was not compared).
 
 Keys come from a key file (``auth.keys_file``, e.g. a mounted Kubernetes Secret), an env var
 holding the same content (``auth.keys_env``), and the flat list of ``auth.api_keys_env`` (each an
@@ -15,13 +17,18 @@ hashed and looked up. The sources are read again once ``auth.reload_s`` has pass
 added, rotated (several secrets per key) and revoked (a key ``disabled``, or left with no secrets)
 without a restart.
 
-A key source that loaded and then goes missing, empty or invalid keeps its last keys for
-``auth.keys_grace_s`` (a bad edit does not lock every tenant out at once), each failed read logged
-and counted (``maze_gateway_key_source_errors``); after that, as at once for a source that never
-loaded, a token no other source knows is answered 503 (:class:`~serving.errors.KeysUnavailable`).
-The same for replicas of any age, and never for ever. A key file's errors name entries
-(``keys[2]``) and fields, never a value: a token pasted in the wrong field would otherwise reach
-the logs.
+A key source that loaded and then fails to read in any way (missing, not a regular file, not
+UTF-8, changing while it is read, empty, not YAML, invalid, or any failure of the parser) keeps
+its last keys for ``auth.keys_grace_s`` (a bad edit does not lock every tenant out at once), each
+failed read logged and counted (``maze_gateway_key_source_errors``); after that, as at once for a
+source that never loaded, a token no other source knows is answered 503
+(:class:`~serving.errors.KeysUnavailable`). The same for replicas of any age, and never for ever:
+no failure of a source escapes a request as an exception. Reading and validating a key file, and
+its errors that name entries and fields but never a value, are :mod:`serving.auth.key_file`'s.
+
+A key's token is at least its ``min_secret_length`` long (the gateway's floor when undeclared):
+clear secrets are checked when loaded, and every request's token when it matches, since a
+digest does not show how long its token is.
 
 The caller of the request being served, whose :class:`Principal` this module makes, lives in
 :mod:`serving.auth.caller`.
@@ -33,39 +40,41 @@ import fnmatch
 import hashlib
 import logging
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-
-import yaml
-from pydantic import ValidationError
 
 from serving.adapters import ModelId
-from serving.config import MIN_SECRET_LENGTH, ApiKeySpec, AuthSpec, KeyFileSpec, KeyLimitsSpec
+from serving.auth.key_file import KeySourceError, parse_spec, read_key_file
+from serving.config import MIN_SECRET_LENGTH, ApiKeySpec, AuthSpec, KeyLimitsSpec
 from serving.errors import Forbidden, KeysUnavailable
 from serving.metrics import metric
 
 log = logging.getLogger(__name__)
 
 PUBLISH_ACTIONS = ("push", "canary", "abort", "promote", "rollback")  # a publisher's, on its own names
-ADMIN_ACTIONS = ("remove",)
+ADMIN_ACTIONS = ("remove", "force-parity")
 
 
 def digest(token: str) -> str:
-    """The sha256 hex digest a key is known by."""
-    return hashlib.sha256(token.encode()).hexdigest()
+    """The sha256 hex digest a key is known by.
+
+    ``surrogatepass``: a string no request can send (a lone surrogate, from a YAML escape or an
+    environment variable's undecodable byte) still hashes, to a digest no token matches, instead of
+    raising."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)
 class Principal:
-    """A key as the gateway holds it (no secret): tenant name, role, model patterns, limits."""
+    """A key as the gateway holds it (no secret): tenant name, role, model patterns, limits, and the
+    shortest token it accepts (a digest does not show its token's length; the request's token does)."""
 
     name: str
     role: str
     models: tuple[str, ...]
     limits: KeyLimitsSpec = field(default_factory=KeyLimitsSpec)
+    min_token_length: int = 0
 
     def may_call(self, model: str) -> bool:
         """Whether ``model`` (``base``, ``base:name`` or ``base:name@version``) is in scope."""
@@ -73,8 +82,8 @@ class Principal:
         return any(fnmatch.fnmatchcase(unversioned, p) for p in self.models)
 
     def may_manage(self, action: str, name: str, bases: list[str] | tuple[str, ...]) -> bool:
-        """Whether the key may ``action`` (push, canary, abort, promote, rollback, remove) the
-        adapter ``name`` published for one of ``bases``."""
+        """Whether the key may ``action`` (push, canary, abort, promote, rollback; remove and
+        force-parity: admins only) the adapter ``name`` published for one of ``bases``."""
         if self.role == "admin":
             return True
         if self.role != "publisher" or action not in PUBLISH_ACTIONS:
@@ -85,6 +94,8 @@ class Principal:
         if not self.may_manage(action, name, bases):
             why = (f"its role is {self.role!r}" if self.role == "inference" or action not in PUBLISH_ACTIONS
                    else f"its models {list(self.models)} do not cover {name!r}")
+            if action in ADMIN_ACTIONS:
+                why += " (only an admin may)"
             raise Forbidden(f"key {self.name!r} may not {action} adapter {name!r}: {why}")
 
     @property
@@ -94,128 +105,53 @@ class Principal:
 
 
 def _principal(spec: ApiKeySpec) -> Principal:
-    return Principal(name=spec.name, role=spec.role, models=tuple(spec.models), limits=spec.limits)
+    return Principal(name=spec.name, role=spec.role, models=tuple(spec.models), limits=spec.limits,
+                     min_token_length=spec.secret_floor)
 
 
-SECRET_RUN = 8  # an error shows no run this long of a string that may be a token
-_FIELDS = frozenset({*KeyFileSpec.model_fields, *ApiKeySpec.model_fields, *KeyLimitsSpec.model_fields})
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a key name as ApiKeySpec accepts it
+@dataclass(frozen=True)
+class KeyFile:
+    """A key file's keys by digest (disabled keys and keys without secrets left out: refused), and its
+    notices: what loads but should be changed (an entry whose digests' token length is undeclared)."""
+
+    keys: dict[str, Principal]
+    notices: tuple[str, ...] = ()
+    entries: int = 0  # the file's entries, disabled and secretless ones included
 
 
-class KeySourceError(ValueError):
-    """A key source that cannot be used; ``reason`` is its metric label (missing, unreadable, empty,
-    yaml, invalid). Its text names entries and fields, never a value: it is logged."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-
-
-def _document(text: str):
-    """The parsed YAML; a syntax error by its position only (the text around it may be a token).
-
-    The error is raised outside the ``except`` so that YAML's own (which quotes the text) is not
-    chained to it."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark, position = getattr(exc, "problem_mark", None), getattr(exc, "position", None)
-    where = (f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None
-             else f" at character {position}" if position is not None else "")
-    raise KeySourceError("yaml", f"not valid YAML{where}")
-
-
-def _token_like(doc) -> list[str]:
-    """Strings of a parsed key file that may be tokens: under ``secrets`` or ``sha256``, mapping
-    keys that are no field (a token pasted as one), and any string as long as a token may be."""
-    out: list[str] = []
-
-    def walk(node, under_secret: bool) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                if isinstance(k, str) and k not in _FIELDS:
-                    out.append(k)
-                walk(v, under_secret or k in ("secrets", "sha256"))
-        elif isinstance(node, list):
-            for v in node:
-                walk(v, under_secret)
-        elif isinstance(node, str) and (under_secret or len(node) >= MIN_SECRET_LENGTH):
-            out.append(node)
-
-    walk(doc, False)
-    return out
-
-
-def _shares_run(text: str, tokens: list[str]) -> bool:
-    return any(t[i:i + SECRET_RUN] in text for t in tokens for i in range(len(t) - SECRET_RUN + 1))
-
-
-def _redact(text: str, tokens: list[str]) -> str:
-    """``text`` with every run of ``SECRET_RUN`` characters of a token replaced (a last guard: the
-    messages are built to hold none)."""
-    for t in tokens:
-        for i in range(len(t) - SECRET_RUN + 1):
-            text = text.replace(t[i:i + SECRET_RUN], "***")
-    return text
-
-
-def _label(doc, index: int, tokens: list[str]) -> str:
-    """``keys[i]``, with the entry's name when it is plainly a name and shares no run with a token."""
-    entries = doc.get("keys") if isinstance(doc, dict) else None
-    entry = entries[index] if isinstance(entries, list) and 0 <= index < len(entries) else None
-    name = entry.get("name") if isinstance(entry, dict) else None
-    shown = isinstance(name, str) and _PLAIN_NAME.fullmatch(name) and not _shares_run(name, tokens)
-    return f"keys[{index}] ({name!r})" if shown else f"keys[{index}]"
-
-
-def _where(loc: tuple, doc, tokens: list[str]) -> str:
-    """A validation error's location: entries by index (and safe name), fields by name, any other
-    mapping key (it may be a pasted token) as ``<unknown field>``."""
-    out = ""
-    for i, part in enumerate(loc):
-        if isinstance(part, int):
-            out = _label(doc, part, tokens) if tuple(loc[:i]) == ("keys",) else f"{out}[{part}]"
-        else:
-            out += ("." if out else "") + (part if part in _FIELDS else "<unknown field>")
-    return out or "the file"
-
-
-def _validated(doc) -> KeyFileSpec:
-    """The key file's spec; its errors built from pydantic's locations and messages, never its inputs."""
-    if doc is None:
-        raise KeySourceError("empty", "is empty (no `keys:`)")
-    try:
-        return KeyFileSpec.model_validate(doc)
-    except ValidationError as exc:
-        errors = exc.errors(include_input=False, include_url=False, include_context=False)
-    tokens = _token_like(doc)
-    text = "; ".join(f"{_where(e['loc'], doc, tokens)}: {e['msg']}" for e in errors)
-    raise KeySourceError("invalid", "not a valid key file: " + _redact(text, tokens))
-
-
-def parse_key_file(text: str) -> dict[str, Principal]:
-    """Digest -> principal for a key file's content (YAML or JSON); disabled keys and keys without
-    secrets are left out (refused).
+def load_key_file(text: str) -> KeyFile:
+    """The keys of a key file's content (YAML or JSON), as the gateway loads them.
 
     Raises:
         KeySourceError: (a ValueError) content that is empty, not YAML or not a valid key file, or
             one secret given to two keys; its message holds no value of the file.
     """
-    doc = _document(text)
-    spec = _validated(doc)
+    parsed = parse_spec(text)
     out: dict[str, Principal] = {}
     owner: dict[str, int] = {}
-    for i, key in enumerate(spec.keys):
+    notices = []
+    for i, key in enumerate(parsed.spec.keys):
+        if key.undeclared_digests:
+            notices.append(f"{parsed.labels[i]}: `sha256` without `min_secret_length`: tokens shorter than "
+                           f"{MIN_SECRET_LENGTH} characters are refused; add `min_secret_length: N` to this entry, N "
+                           f"the length of the shortest token behind its digests (at least {MIN_SECRET_LENGTH})")
         if key.disabled:
             continue
         principal = _principal(key)
         for d in [*map(digest, key.secrets), *key.sha256]:
             if d in out and out[d].name != key.name:
-                tokens = _token_like(doc)
-                raise KeySourceError("invalid", f"{_label(doc, owner[d], tokens)} and {_label(doc, i, tokens)} "
-                                                "share a secret")
+                raise KeySourceError("invalid", f"{parsed.labels[owner[d]]} and {parsed.labels[i]} share a secret")
             out[d], owner[d] = principal, i
-    return out
+    return KeyFile(out, tuple(notices), len(parsed.spec.keys))
+
+
+def parse_key_file(text: str) -> dict[str, Principal]:
+    """Digest -> principal for a key file's content (:func:`load_key_file`'s keys).
+
+    Raises:
+        KeySourceError: as :func:`load_key_file`.
+    """
+    return load_key_file(text).keys
 
 
 def flat_keys(value: str) -> dict[str, Principal]:
@@ -234,16 +170,13 @@ class _Source:
 
     where: str
     keys: dict[str, Principal] = field(default_factory=dict)
+    notices: tuple[str, ...] = ()
     loaded: bool = False
     failing_since: float | None = None
 
     def usable(self, now: float, grace_s: float) -> bool:
         """Whether its keys answer: its last read worked, or it loaded once and fails within the grace."""
         return self.failing_since is None or (self.loaded and now - self.failing_since < grace_s)
-
-
-def _os_reason(exc: OSError) -> str:
-    return "missing" if isinstance(exc, FileNotFoundError) else "unreadable"
 
 
 class KeyRing:
@@ -255,6 +188,7 @@ class KeyRing:
         self._sources: dict[str, _Source] = {}
         self._refused: list[str] = []  # sources whose keys are refused (failing, no grace left)
         self._next_load = float("-inf")
+        self._short_logged: set[str] = set()  # keys whose too-short token has been logged
 
     def lookup(self, token: str | None) -> Principal | None:
         """The principal of a bearer ``token``, or None for a missing or unknown one.
@@ -273,12 +207,25 @@ class KeyRing:
         if principal is None and self._refused:
             raise KeysUnavailable("the gateway cannot read its API keys; requests are refused until its operators "
                                   "restore them")
+        if principal is not None and len(token) < principal.min_token_length:
+            return self._too_short(principal)
         return principal
+
+    def _too_short(self, principal: Principal) -> None:
+        """A token that matches a key's digest but is shorter than the key's floor: refused as unknown
+        (401; the key's declared or default ``min_secret_length`` is what the gateway accepts, whatever
+        a digest hides), logged once per key so the operator knows which key to re-issue."""
+        if principal.name not in self._short_logged:
+            self._short_logged.add(principal.name)
+            log.error("API keys: a token of key %r is shorter than the key's %d-character floor "
+                      "(min_secret_length): refused (401); issue the key a longer token", principal.name,
+                      principal.min_token_length)
+        return None
 
     def reload(self) -> None:
         """Read every source again: the flat keys, then each key file (its last keys within its grace)."""
         now = self._clock()
-        self._next_load = now + self.spec.reload_s
+        next_load = now + self.spec.reload_s
         keys = flat_keys(os.environ.get(self.spec.api_keys_env, "")) if self.spec.api_keys_env else {}
         refused = []
         for where, read in self._readers():
@@ -289,26 +236,31 @@ class KeyRing:
                 continue
             keys.update(source.keys)
             if source.failing_since is not None:  # read again when its grace ends, not up to reload_s later
-                self._next_load = min(self._next_load, source.failing_since + self.spec.keys_grace_s)
-        self._keys, self._refused = keys, refused
+                next_load = min(next_load, source.failing_since + self.spec.keys_grace_s)
+        # Committed together, once every source has been read (a failed read started its grace above).
+        self._keys, self._refused, self._next_load = keys, refused, next_load
 
     def _refresh(self, source: _Source, read: Callable[[], str], keys: dict[str, Principal], now: float) -> None:
         """One read of ``source``; ``keys`` are those of the sources read before it (a secret may not
-        name two keys across sources)."""
+        name two keys across sources). Any failure is the source's: it fails closed (grace, then
+        503), never an exception out of the request that read it."""
         try:
-            found = parse_key_file(read())
+            loaded = load_key_file(read())
+            found = loaded.keys
             clash = sorted({keys[d].name for d in found if d in keys and keys[d].name != found[d].name})
             if clash:
                 raise KeySourceError("invalid", f"a secret is also the secret of {len(clash)} key(s) of an "
                                                 "earlier source")
-        except OSError as exc:
-            return self._failed(source, _os_reason(exc), f"cannot be read ({exc.strerror or type(exc).__name__})",
-                                now)
         except KeySourceError as exc:
             return self._failed(source, exc.reason, str(exc), now)
+        except Exception as exc:  # noqa: BLE001 - a last guard; its text is not logged (it may hold a value)
+            return self._failed(source, "error", f"cannot be used ({type(exc).__name__})", now)
         if source.failing_since is not None:
             log.warning("API keys: %s reads again (%d secrets)", source.where, len(found))
-        source.keys, source.loaded, source.failing_since = found, True, None
+        if loaded.notices != source.notices:  # logged when they change, not at every reload
+            for notice in loaded.notices:
+                log.warning("API keys: %s: %s", source.where, notice)
+        source.keys, source.notices, source.loaded, source.failing_since = found, loaded.notices, True, None
 
     def _failed(self, source: _Source, reason: str, message: str, now: float) -> None:
         """Log and count a failed read; the source's keys stay within the grace, then are refused."""
@@ -330,7 +282,7 @@ class KeyRing:
         """The key file sources of the spec: where each is (for logs) and how to read it."""
         spec, out = self.spec, []
         if spec.keys_file:
-            out.append((f"auth.keys_file {spec.keys_file}", Path(spec.keys_file).read_text))
+            out.append((f"auth.keys_file {spec.keys_file}", lambda: read_key_file(spec.keys_file)))
         if spec.keys_env:
             out.append((f"auth.keys_env ${spec.keys_env}", lambda: _env_text(spec.keys_env)))
         return out
@@ -343,5 +295,5 @@ def _env_text(name: str) -> str:
     return text
 
 
-__all__ = ["ADMIN_ACTIONS", "PUBLISH_ACTIONS", "KeyRing", "KeySourceError", "Principal", "digest", "flat_keys",
-           "parse_key_file"]
+__all__ = ["ADMIN_ACTIONS", "PUBLISH_ACTIONS", "KeyFile", "KeyRing", "KeySourceError", "Principal", "digest",
+           "flat_keys", "load_key_file", "parse_key_file"]

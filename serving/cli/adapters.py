@@ -15,10 +15,25 @@ from serving.cli.common import config_of, gateway_options, store_of
 from serving.errors import BadAdapterName, BadRequest
 
 
+FORCE_PARITY_HELP = ("serve the version even though its recorded parity check failed or was not compared (an admin "
+                     "key through --gateway; recorded in NAME's history)")
+
+
 def _parity(ref, version: str) -> str:
     from serving.adapters import parity_label
 
     return parity_label((ref.parity or {}).get(version))
+
+
+def _warn_forced(ref, version: str, force_parity: bool) -> None:
+    """Say so when a forced move leaves a version serving whose parity did not pass."""
+    from serving.adapters import ModelId
+
+    label = _parity(ref, version)
+    if force_parity and (label.startswith("FAILED") or label == "not compared"):
+        said = "failed" if label.startswith("FAILED") else "was not compared with a reference"
+        click.echo(f"warning: {ModelId(None, ref.name, version)} serves although its parity check {said} ({label}); "
+                   f"the force is recorded in `adapters history {ref.name}`", err=True)
 
 
 @click.group()
@@ -39,7 +54,8 @@ def adapters(ctx: click.Context, gateway: str | None, api_key: str | None) -> No
 @click.pass_context
 def adapters_list(ctx: click.Context, as_json: bool) -> None:
     """Published adapters with their versions and their parity checks (ok and the largest difference,
-    FAILED, or - when none was recorded)."""
+    FAILED, not compared when only the base's output was there to compare with, or - when none was
+    recorded)."""
     cfg = config_of(ctx)
     refs = store_of(cfg).list()
     if as_json:
@@ -59,12 +75,15 @@ def adapters_list(ctx: click.Context, as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="replace an existing adapter of that name")
 @click.option("--canary", "weight", help="do not replace the version served: make the new one NAME's canary, "
               "serving this percent of its sessions (see `adapters canary`)")
+@click.option("--force-parity", is_flag=True, help=FORCE_PARITY_HELP)
 @click.pass_context
-def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, force: bool, weight: str | None) -> None:
+def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, force: bool, weight: str | None,
+                  force_parity: bool) -> None:
     """Validate FOLDER (a peft LoRA) and publish it atomically as NAME.
 
     A gateway serves it within its adapters.resolve_ttl_s; through --gateway, that gateway from its
-    next request."""
+    next request. Files pushed under NAME before are that same version: one whose parity check
+    failed or was not compared is refused (exit 4) unless --force-parity."""
     from serving.adapters import ModelId
 
     cfg = config_of(ctx)
@@ -72,12 +91,14 @@ def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, 
     if spec is None:
         raise BadRequest(f"unknown base {base!r}; known: {[m.id for m in cfg.base_models]}")
     ref = store_of(cfg).push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank, force=force,
-                           canary=weight, vision_tower=cfg.lora.vision_tower)
+                           canary=weight, vision_tower=cfg.lora.vision_tower, force_parity=force_parity)
     if weight is not None:
         click.echo(f"published {ModelId(spec.id, ref.name)} version {ref.canary.version} as a canary "
                    f"({ref.canary.weight:g}%; {ref.version} serves the rest)")
+        _warn_forced(ref, ref.canary.version, force_parity)
         return
     click.echo(f"published {ModelId(spec.id, ref.name)} version {ref.version}")
+    _warn_forced(ref, ref.version, force_parity)
 
 
 @adapters.command("rm")
@@ -91,42 +112,45 @@ def adapters_rm(ctx: click.Context, name: str) -> None:
 
 @adapters.command("promote")
 @click.argument("target", metavar="NAME@VERSION|NAME")
-@click.option("--force", is_flag=True, help="promote a version whose recorded parity check failed")
+@click.option("--force-parity", "--force", "force_parity", is_flag=True,
+              help=FORCE_PARITY_HELP + " (--force: the same)")
 @click.pass_context
-def adapters_promote(ctx: click.Context, target: str, force: bool) -> None:
+def adapters_promote(ctx: click.Context, target: str, force_parity: bool) -> None:
     """Point NAME at VERSION (any version ever pushed under NAME); served within the gateway's
     adapters.resolve_ttl_s (through --gateway: by that gateway from its next request).
 
     NAME alone promotes its running canary (which then ends). A version whose recorded parity check
-    failed is refused (exit 4) unless --force; a version never checked is not."""
+    failed, or was not compared (unless the config's adapters.parity_without_reference), is refused
+    (exit 4) unless --force-parity; a version never checked is not."""
     from serving.adapters import ModelId
 
     target_id = ModelId.adapter(target)
-    ref = store_of(config_of(ctx)).promote(target_id.name, target_id.version, force=force)
+    ref = store_of(config_of(ctx)).promote(target_id.name, target_id.version, force_parity=force_parity)
     click.echo(f"{ref.name} -> {ref.version}")
-    if _parity(ref, ref.version).startswith("FAILED"):
-        click.echo(f"warning: {ref.folder} serves although its parity check failed "
-                   f"({_parity(ref, ref.version)})", err=True)
+    _warn_forced(ref, ref.version, force_parity)
 
 
 @adapters.command("canary")
 @click.argument("target", metavar="NAME@VERSION")
 @click.option("--weight", required=True, help="percent of NAME's sessions VERSION serves (0-100)")
+@click.option("--force-parity", is_flag=True, help=FORCE_PARITY_HELP)
 @click.pass_context
-def adapters_canary(ctx: click.Context, target: str, weight: str) -> None:
+def adapters_canary(ctx: click.Context, target: str, weight: str, force_parity: bool) -> None:
     """Serve VERSION to WEIGHT percent of NAME's sessions, its current version to the rest.
 
     Starts a canary, or re-weights or replaces the running one. Each session (the X-Session-Id
     header, else the OpenAI `user` field, else the request id) stays on one version. End it with
-    `adapters promote NAME` or `adapters abort NAME`."""
+    `adapters promote NAME` or `adapters abort NAME`. A version whose parity check failed or was not
+    compared is refused at any weight (exit 4), as by promote, unless --force-parity."""
     from serving.adapters import ModelId
 
     target_id = ModelId.adapter(target)
     if target_id.version is None:
         raise BadAdapterName(f"{target!r} names no version: use NAME@VERSION (see `adapters history NAME`)")
-    ref = store_of(config_of(ctx)).canary(target_id.name, target_id.version, weight)
+    ref = store_of(config_of(ctx)).canary(target_id.name, target_id.version, weight, force_parity=force_parity)
     click.echo(f"{ref.name} -> {ref.version} ({100 - ref.canary.weight:g}%), canary {ref.canary.version} "
                f"({ref.canary.weight:g}%)")
+    _warn_forced(ref, ref.canary.version, force_parity)
 
 
 @adapters.command("abort")
@@ -140,11 +164,14 @@ def adapters_abort(ctx: click.Context, name: str) -> None:
 
 @adapters.command("rollback")
 @click.argument("name")
+@click.option("--force-parity", is_flag=True, help=FORCE_PARITY_HELP)
 @click.pass_context
-def adapters_rollback(ctx: click.Context, name: str) -> None:
-    """Point NAME back at the version it served before its last move."""
-    ref = store_of(config_of(ctx)).rollback(name)
+def adapters_rollback(ctx: click.Context, name: str, force_parity: bool) -> None:
+    """Point NAME back at the version it served before its last move; that version is refused (exit 4),
+    as by promote, when its parity check failed or was not compared, unless --force-parity."""
+    ref = store_of(config_of(ctx)).rollback(name, force_parity=force_parity)
     click.echo(f"{ref.name} -> {ref.version}")
+    _warn_forced(ref, ref.version, force_parity)
 
 
 @adapters.command("history")
@@ -153,7 +180,9 @@ def adapters_rollback(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
     """NAME's moves, newest first: version, time, action, then a canary's weight and the version's
-    parity check (ok and the largest difference, FAILED, or -) (the first line is the version served)."""
+    parity check (ok and the largest difference, FAILED, not compared, or -), and for a move forced
+    past parity what it was forced past and by which key, for a move the store made why (the first
+    line is the version served)."""
     store = store_of(config_of(ctx))
     moves, parity = store.history(name), store.parity(name)
     if as_json:
@@ -164,7 +193,10 @@ def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
 
     for m in moves:
         weight = f"{m.weight:g}% " if m.weight is not None else ""
-        click.echo(f"{m.version}\t{m.at}\t{m.action}\t{weight}parity {parity_label(parity.get(m.version))}")
+        forced = f"\tforced past parity {m.forced}" + (f" by key {m.by!r}" if m.by else "") if m.forced else ""
+        reason = f"\t{m.reason}" if m.reason else ""
+        click.echo(f"{m.version}\t{m.at}\t{m.action}\t{weight}parity {parity_label(parity.get(m.version))}"
+                   f"{forced}{reason}")
 
 
 @adapters.command("verify")
@@ -181,31 +213,49 @@ def adapters_verify(ctx: click.Context, target: str, parity: bool, endpoint: str
     """Re-hash VERSION's stored files (default: the version NAME serves); they must hash to VERSION.
 
     Exits 2 when they do not: they changed after publishing, and are not what was published. With
-    --parity, exits 1 when the version is not served as trained."""
+    --parity, exits 1 when the version is not served as trained (parity FAILED; if NAME serves it,
+    it stops: its canary ends, or NAME rolls back to the version before when that one passes). A
+    check with no reference to compare with (the base's weights not here) is `not compared`: exit 0,
+    and moves that would start the version serving refuse it unless the config's
+    adapters.parity_without_reference."""
     from serving.adapters import ModelId
 
     cfg = config_of(ctx)
     target_id = ModelId.adapter(target)
     name = target_id.name
-    report = store_of(cfg).verify(name, target_id.version)
+    store = store_of(cfg)
+    report = store.verify(name, target_id.version)
     checked = ModelId(None, report.name, report.version)
     out = {**dataclasses.asdict(report), "ok": report.ok}
+    record = stopped = None
     if parity:
-        out["parity"] = _measure_parity(ctx, cfg, name, report.version, endpoint)
+        record = _measure_parity(ctx, cfg, name, report.version, endpoint)
+        stopped = _stopped_by(store, name, record)
+        out["parity"] = dataclasses.asdict(record)
+        out["stopped"] = dataclasses.asdict(stopped) if stopped else None
     if as_json:
         click.echo(json.dumps(out, indent=2))
     else:
         click.echo(f"{checked} ok: the stored files ({report.weights_bytes} bytes of weights) "
                    f"hash to {report.actual}")
-        if parity:
-            p = out["parity"]
-            click.echo(f"{checked} parity {'ok' if p['ok'] else 'FAILED'} against "
-                       f"{p['reference']}: {p['detail']}")
-    if parity and not out["parity"]["ok"]:
+        if record is not None:
+            click.echo(f"{checked} parity {record.state} against {record.reference}: {record.detail}")
+        if stopped is not None:
+            click.echo(f"{name}: {stopped.reason} ({stopped.action}; `adapters history {name}`)")
+    if record is not None and record.ok is False:
         ctx.exit(1)
 
 
-def _measure_parity(ctx: click.Context, cfg, name: str, version: str, endpoint: str | None) -> dict:
+def _stopped_by(store, name: str, record):
+    """The move the store made when ``record`` (a failed one) stopped its version serving, if it did:
+    the newest move, when the store made it (a ``reason``) since the record."""
+    if record.ok is not False:
+        return None
+    newest = store.history(name)[0]
+    return newest if newest.reason and newest.at >= record.at else None
+
+
+def _measure_parity(ctx: click.Context, cfg, name: str, version: str, endpoint: str | None):
     from serving.parity import Gateway, check_served
 
     gateway = ctx.find_root().obj.get("gateway")
@@ -213,7 +263,7 @@ def _measure_parity(ctx: click.Context, cfg, name: str, version: str, endpoint: 
     key = gateway[1] if gateway else os.environ.get("MAZE_API_KEY")
     url = url.rstrip("/") if url.rstrip("/").endswith("/v1") else url.rstrip("/") + "/v1"
     _, record = check_served(cfg, Gateway(url, key), name, version)
-    return dataclasses.asdict(record)
+    return record
 
 
 for _command in placement.COMMANDS:

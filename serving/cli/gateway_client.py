@@ -18,7 +18,17 @@ from typing import Any
 
 import httpx
 
-from serving.adapters import CONFIG, WEIGHTS, AdapterRef, AliasMove, Canary, ParityRecord, VerifyReport
+from serving.adapters import (
+    CONFIG,
+    WEIGHTS,
+    AdapterRef,
+    AliasMove,
+    Canary,
+    ParityRecord,
+    VerifyReport,
+    move_of,
+    parity_of,
+)
 from serving.errors import (
     AdapterExists,
     AdapterIntegrityError,
@@ -30,6 +40,8 @@ from serving.errors import (
     NoCanary,
     NoRollbackTarget,
     ParityFailed,
+    ParityNotCompared,
+    ParityNotPassed,
     RateLimited,
     ServingError,
     Unauthorized,
@@ -39,6 +51,7 @@ TIMEOUT_S = 600.0  # an upload of a large adapter takes a while
 _BY_CODE = {"adapter_not_found": AdapterNotFound, "model_not_found": AdapterNotFound, "adapter_exists": AdapterExists,
             "no_rollback_target": NoRollbackTarget, "no_canary": NoCanary, "adapter_ref_conflict": AdapterRefConflict,
             "adapter_store_unavailable": AdapterStoreUnavailable, "adapter_parity_failed": ParityFailed,
+            "adapter_parity_not_compared": ParityNotCompared, "adapter_parity_not_passed": ParityNotPassed,
             "adapter_integrity_failed": AdapterIntegrityError}
 _BY_STATUS = {401: Unauthorized, 403: Forbidden, 404: AdapterNotFound, 409: AdapterExists, 429: RateLimited}
 
@@ -65,7 +78,7 @@ def error_of(resp: httpx.Response) -> ServingError:
 def _ref(doc: dict[str, Any]) -> AdapterRef:
     canary, parity = doc.get("canary"), doc.get("parity")
     return AdapterRef(**{**doc, "canary": Canary(**canary) if canary else None,
-                         "parity": {v: ParityRecord(**r) for v, r in parity.items()} if parity else None})
+                         "parity": parity_of({"parity": parity}) or None})
 
 
 class GatewayAdapters:
@@ -89,10 +102,10 @@ class GatewayAdapters:
         return [_ref(d) for d in self._call("GET", "/v1/adapters")["data"]]
 
     def history(self, name: str) -> list[AliasMove]:
-        return [AliasMove(**m) for m in self._call("GET", f"/v1/adapters/{name}/history")["data"]]
+        return [move_of(m) for m in self._call("GET", f"/v1/adapters/{name}/history")["data"]]
 
     def parity(self, name: str) -> dict[str, ParityRecord]:
-        return {v: ParityRecord(**r) for v, r in self._call("GET", f"/v1/adapters/{name}/parity")["data"].items()}
+        return parity_of({"parity": self._call("GET", f"/v1/adapters/{name}/parity")["data"]})
 
     def verify(self, name: str, version: str | None = None) -> VerifyReport:
         """The gateway re-hashes the version's stored files (a mismatch comes back as AdapterIntegrityError)."""
@@ -100,9 +113,11 @@ class GatewayAdapters:
         return VerifyReport(**{k: v for k, v in report.items() if k != "ok"})
 
     def push(self, folder: str | Path, name: str, *, base: str | None = None, force: bool = False,
-             canary: float | str | None = None, **_store_only: Any) -> AdapterRef:
+             canary: float | str | None = None, force_parity: bool = False, **_store_only: Any) -> AdapterRef:
         """Upload FOLDER's adapter files as a tar; the gateway validates and publishes them."""
         params: dict[str, Any] = {"force": str(force).lower()}
+        if force_parity:
+            params["force_parity"] = "true"
         if base:
             params["base"] = base
         if canary is not None:
@@ -116,22 +131,24 @@ class GatewayAdapters:
             return _ref(self._call("POST", f"/v1/adapters/{name}/versions", params=params, content=buf.read(),
                                    headers={"Content-Type": "application/x-tar"}))
 
-    def promote(self, name: str, version: str | None = None, *, force: bool = False) -> AdapterRef:
-        body = {"version": version, **({"force": True} if force else {})}
+    def promote(self, name: str, version: str | None = None, *, force_parity: bool = False) -> AdapterRef:
+        body = {"version": version, **({"force_parity": True} if force_parity else {})}
         return _ref(self._call("POST", f"/v1/adapters/{name}/promote", json=body))
 
-    def canary(self, name: str, version: str, weight: float | str) -> AdapterRef:
+    def canary(self, name: str, version: str, weight: float | str, *, force_parity: bool = False) -> AdapterRef:
         try:
             weight = float(weight)
         except ValueError:
             raise BadRequest(f"canary weight {weight!r} is not a number") from None
-        return _ref(self._call("POST", f"/v1/adapters/{name}/canary", json={"version": version, "weight": weight}))
+        body = {"version": version, "weight": weight, **({"force_parity": True} if force_parity else {})}
+        return _ref(self._call("POST", f"/v1/adapters/{name}/canary", json=body))
 
     def abort_canary(self, name: str) -> AdapterRef:
         return _ref(self._call("POST", f"/v1/adapters/{name}/abort"))
 
-    def rollback(self, name: str) -> AdapterRef:
-        return _ref(self._call("POST", f"/v1/adapters/{name}/rollback"))
+    def rollback(self, name: str, *, force_parity: bool = False) -> AdapterRef:
+        body = {"force_parity": True} if force_parity else None
+        return _ref(self._call("POST", f"/v1/adapters/{name}/rollback", json=body))
 
     def remove(self, name: str) -> AdapterRef:
         return _ref(self._call("DELETE", f"/v1/adapters/{name}"))

@@ -114,6 +114,13 @@ class AdapterStoreSpec(SectionModel):
         description=("while S3 cannot be reached, seconds (since its last successful read) a name keeps resolving to "
                      "the version last read, so adapters a replica holds keep serving through a short outage; past "
                      "that, or for a name never read, requests answer 503 until S3 is back (0: no stale answers)"))
+    parity_without_reference: bool = Field(
+        False,
+        description=("whether a parity check that could not compare a version with a reference (the base's weights "
+                     "not readable where it was measured: it found only that the version's served output differs "
+                     "from the base's; `parity not compared`) lets the version start serving (promote, canary, "
+                     "rollback, push). Off: such a version is refused like one whose parity failed, until it is "
+                     "measured against HF + peft or an admin forces it"))
 
     @field_validator("prefix")
     @classmethod

@@ -53,12 +53,15 @@ class ApiKeySpec(SectionModel):
         default_factory=list, description="the key's bearer tokens in clear (held only as sha256 once loaded); "
                                           "several allow rotation")
     sha256: list[str] = Field(
-        default_factory=list, description="hex sha256 digests of the key's bearer tokens (then `min_secret_length` "
-                                          "is required)")
+        default_factory=list, description="hex sha256 digests of the key's bearer tokens (declare their tokens' "
+                                          "length in `min_secret_length`)")
     min_secret_length: int | None = Field(
-        None, description="the length of the shortest token behind this key's secrets: required with `sha256` (a "
-                          "digest does not show how long, so how guessable, its token is), at least "
-                          f"{MIN_SECRET_LENGTH}; clear `secrets` must be this long too")
+        None, description="the length of the shortest token behind this key's secrets, at least "
+                          f"{MIN_SECRET_LENGTH}: a digest does not show how long, so how guessable, its token is. A "
+                          "request whose token is shorter is refused (401) even when its digest matches, and clear "
+                          f"`secrets` must be this long too. None: {MIN_SECRET_LENGTH}, the gateway's floor (a "
+                          "`sha256` entry without it loads, with a notice from the gateway and `maze-serve keys "
+                          "check` asking to declare it)")
     disabled: bool = Field(False, description="refuse this key (its secrets may stay in the file); the rest of the "
                                               "file is unaffected")
     limits: KeyLimitsSpec = Field(default_factory=KeyLimitsSpec, description="rate and concurrency limits")
@@ -83,16 +86,26 @@ class ApiKeySpec(SectionModel):
 
     @model_validator(mode="after")
     def _secret_lengths(self) -> ApiKeySpec:
-        """A key with no secrets (or disabled) is valid and refused; a digest needs its token's length."""
-        if self.sha256 and self.min_secret_length is None:
-            raise ValueError(f"`sha256` digests need `min_secret_length`, the length of the shortest token behind "
-                             f"them (at least {MIN_SECRET_LENGTH})")
+        """A key with no secrets (or disabled) is valid and refused; every secret meets the key's floor.
+
+        ``sha256`` without ``min_secret_length`` is accepted (key files of releases that had no such
+        field keep loading) because the floor is also applied to each request's token: a short
+        token behind a digest is refused however the entry was written."""
         if self.min_secret_length is not None and self.min_secret_length < MIN_SECRET_LENGTH:
             raise ValueError(f"min_secret_length must be at least {MIN_SECRET_LENGTH}: a shorter token can be guessed")
-        floor = max(MIN_SECRET_LENGTH, self.min_secret_length or 0)
-        if any(len(s) < floor for s in self.secrets):
-            raise ValueError(f"secrets must be at least {floor} characters")
+        if any(len(s) < self.secret_floor for s in self.secrets):
+            raise ValueError(f"secrets must be at least {self.secret_floor} characters")
         return self
+
+    @property
+    def secret_floor(self) -> int:
+        """The shortest token this key accepts: ``min_secret_length``, else the gateway's floor."""
+        return max(MIN_SECRET_LENGTH, self.min_secret_length or 0)
+
+    @property
+    def undeclared_digests(self) -> bool:
+        """``sha256`` digests whose tokens' length is not declared (the gateway's floor applies)."""
+        return bool(self.sha256) and self.min_secret_length is None
 
 
 class KeyFileSpec(SectionModel):

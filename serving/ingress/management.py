@@ -5,13 +5,20 @@
 * ``GET /v1/adapters``, ``GET /v1/adapters/{name}/history``, ``.../parity`` (its versions' parity
   records), ``.../verify?version=`` (re-hash a version's stored files; 422 when they changed):
   published adapters the key may see.
-* ``POST /v1/adapters/{name}/versions`` (a tar of the adapter folder; ``?base=&force=&canary=``),
-  ``.../canary`` (``{"version", "weight"}``), ``.../promote`` (``{"version", "force"}`` or none: the
-  canary; ``force`` promotes a version whose parity check failed, else 409),
-  ``.../abort``, ``.../rollback``: a publisher on names its models cover, an admin on any name;
-  ``DELETE /v1/adapters/{name}``: admin only. Another key gets 403, checked from its role and the
-  name before anything else of the request is validated or read (a key that may not act learns
-  nothing from a 400: not the bases served, not what the store holds).
+* ``POST /v1/adapters/{name}/versions`` (a tar of the adapter folder;
+  ``?base=&force=&canary=&force_parity=``), ``.../canary`` (``{"version", "weight", "force_parity"}``),
+  ``.../promote`` (``{"version", "force_parity"}`` or none: the canary), ``.../abort``,
+  ``.../rollback`` (``{"force_parity"}`` or none): a publisher on names its models cover, an admin on
+  any name; ``DELETE /v1/adapters/{name}``: admin only. Another key gets 403, checked from its role
+  and the name before anything else of the request is validated or read (a key that may not act
+  learns nothing from a 400: not the bases served, not what the store holds).
+
+A move that would start a version serving whose parity check did not pass (``serving.adapters.parity``:
+failed, or not compared where ``adapters.parity_without_reference`` is off) is a 409
+(``adapter_parity_failed``, ``adapter_parity_not_compared``) naming the version, its parity and
+what to do; ``force_parity: true`` makes it anyway, and only an admin key may ask for it (403 for
+any other, before the store is read). The forced move records the parity it was forced past and
+the key's name in the name's history.
 
 A name the key may not see answers exactly as a name that does not exist (404, ``adapter 'x' not
 found``). A name with a control character is a 400 (the store's name pattern lets a trailing
@@ -173,16 +180,35 @@ async def usage(request: Request, since: str = Query("1h", description="how far 
 
 
 # -- adapters -------------------------------------------------------------------------------------
+FORCE_PARITY = ("serve the version even though its recorded parity check failed or was not compared (an admin "
+                "key only; recorded in the name's history)")
+
+
 class CanaryBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: str = Field(description="the version to serve as the canary (12 hex digits)")
     weight: float = Field(description="percent of the name's sessions it serves (0-100)")
+    force_parity: bool = Field(False, description=FORCE_PARITY)
 
 
 class PromoteBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: str | None = Field(None, description="the version to serve; none: the running canary")
-    force: bool = Field(False, description="promote it even though its recorded parity check failed")
+    force_parity: bool = Field(False, description=FORCE_PARITY)
+
+
+class RollbackBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    force_parity: bool = Field(False, description=FORCE_PARITY)
+
+
+def _forced_by(cfg: ServingConfig, name: str, force_parity: bool) -> str | None:
+    """The key forcing a move past parity (None without auth), once checked: only an admin may (403)."""
+    if not force_parity:
+        return None
+    _check(cfg, "force-parity", name)
+    principal = current()
+    return principal.name if principal is not None else None
 
 
 @router.get("/v1/adapters")
@@ -303,8 +329,10 @@ def _extract(archive: Path, out: Path, max_bytes: int) -> None:
 async def push_adapter(request: Request, name: str,
                        base: str | None = Query(None, description="base model id (default: the first served)"),
                        force: bool = Query(False, description="replace the version a published name serves"),
-                       canary: float | None = Query(None, description="publish as the name's canary at this percent")):
+                       canary: float | None = Query(None, description="publish as the name's canary at this percent"),
+                       force_parity: bool = Query(False, description=FORCE_PARITY)):
     cfg = _config(request)
+    forced_by = _forced_by(cfg, name, force_parity)  # before the upload is read
     ModelId.plain(name)
     spec = cfg.base(base) if base else cfg.base_models[0]
     if spec is None:  # named to a key that may push there, and only the bases it may call
@@ -321,23 +349,28 @@ async def push_adapter(request: Request, name: str,
         await asyncio.to_thread(_extract, archive, folder, cfg.limits.max_upload_bytes)
         ref = await asyncio.to_thread(_store(cfg).push, folder, name, base=spec.id, base_source=spec.source,
                                       max_rank=cfg.lora.max_rank, force=force, canary=canary,
-                                      vision_tower=cfg.lora.vision_tower)
+                                      vision_tower=cfg.lora.vision_tower, force_parity=force_parity,
+                                      forced_by=forced_by)
     return _served(ref)
 
 
 @router.post("/v1/adapters/{name}/canary", dependencies=[_may("canary")])
 async def canary_adapter(request: Request, name: str, body: CanaryBody):
     cfg = _config(request)
+    forced_by = _forced_by(cfg, name, body.force_parity)
     ModelId(None, ModelId.plain(name), body.version).checked()
-    return _served(await asyncio.to_thread(_store(cfg).canary, name, body.version, body.weight))
+    return _served(await asyncio.to_thread(_store(cfg).canary, name, body.version, body.weight,
+                                           force_parity=body.force_parity, forced_by=forced_by))
 
 
 @router.post("/v1/adapters/{name}/promote", dependencies=[_may("promote")])
 async def promote_adapter(request: Request, name: str, body: PromoteBody | None = None):
     cfg = _config(request)
-    version, force = (body.version, body.force) if body is not None else (None, False)
-    ModelId(None, ModelId.plain(name), version).checked()
-    return _served(await asyncio.to_thread(_store(cfg).promote, name, version, force=force))
+    body = body or PromoteBody()
+    forced_by = _forced_by(cfg, name, body.force_parity)
+    ModelId(None, ModelId.plain(name), body.version).checked()
+    return _served(await asyncio.to_thread(_store(cfg).promote, name, body.version, force_parity=body.force_parity,
+                                           forced_by=forced_by))
 
 
 async def _move(request: Request, name: str, method: str) -> dict[str, Any]:
@@ -354,8 +387,12 @@ async def abort_adapter(request: Request, name: str):
 
 
 @router.post("/v1/adapters/{name}/rollback", dependencies=[_may("rollback")])
-async def rollback_adapter(request: Request, name: str):
-    return await _move(request, name, "rollback")
+async def rollback_adapter(request: Request, name: str, body: RollbackBody | None = None):
+    cfg = _config(request)
+    body = body or RollbackBody()
+    forced_by = _forced_by(cfg, name, body.force_parity)
+    return _served(await asyncio.to_thread(_store(cfg).rollback, ModelId.plain(name), force_parity=body.force_parity,
+                                           forced_by=forced_by))
 
 
 @router.delete("/v1/adapters/{name}", dependencies=[_may("remove")])

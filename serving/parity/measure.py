@@ -9,8 +9,13 @@ for the version are compared with
 * the base's served output, always (the cheap check): an adapter with non-zero weights whose served
   output equals the base's on every frame is served as the base, whatever the reference says.
 
+Where no reference can be computed (the base's weights are not on this machine, as for a GPU base
+read from a hub) and the cheap check passes, the version is *not compared* (``ok`` null), never
+``ok``: the check says it changes the served output, not that it answers as trained.
+
 The result is a :class:`~serving.adapters.ParityRecord` the store keeps per version
-(:meth:`~serving.adapters.AdapterStore.record_parity`), which ``promote`` consults.
+(:meth:`~serving.adapters.AdapterStore.record_parity`), which every move that starts a version
+serving consults.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from serving.adapters import AdapterStore, ModelId, ParityRecord, inspect_adapter, now
+from serving.adapters import NOT_COMPARED, AdapterStore, ModelId, ParityRecord, inspect_adapter, now
 from serving.config import ServingConfig
 from serving.parity.frames import parity_frames
 from serving.parity.reference import TopK, reference_available, reference_top_logprobs
@@ -102,13 +107,13 @@ def measure(store: AdapterStore, gateway: Gateway, base: str, base_folder: str |
         base_served = served_top_logprobs(gateway, base, frames)
         moved, _ = compare(served, base_served)
         if moved < SAME_AS_BASE and _adapter_is_nonzero(folder):
-            return ParityRecord(ok=False, frames=len(frames), max_abs_diff=None, reference="base-differs", at=now(),
+            return ParityRecord(ok=False, frames=len(frames), max_abs_diff=None, reference=NOT_COMPARED, at=now(),
                                 detail=f"the served output equals the base's on all {len(frames)} frames, though "
                                        "the adapter's weights are not zero: it is served as the base")
         why_not = reference_available(base_folder)
         if why_not is not None:
-            return ParityRecord(ok=True, frames=len(frames), max_abs_diff=None, reference="base-differs", at=now(),
-                                detail=f"served output differs from the base's; {why_not}")
+            return ParityRecord(ok=None, frames=len(frames), max_abs_diff=None, reference=NOT_COMPARED, at=now(),
+                                detail=f"not compared: served output differs from the base's; {why_not}")
         reference = reference_top_logprobs(base_folder, folder, frames)
     diff, top_mismatch = compare(served, reference)
     ok = diff <= TOLERANCE and top_mismatch == 0

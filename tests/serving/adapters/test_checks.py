@@ -1,6 +1,6 @@
 """A published version's checks against a real local S3 server and in a local folder (the store fixture
 runs each test on both): its stored files re-hashed (``verify``), and parity records in the ref
-(``record_parity``) gating ``promote``."""
+(``record_parity``) gating ``promote`` (the other moves' gate: test_parity_gate.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ from serving.adapters import ParityRecord, parity_label
 from serving.adapters.files import content_version, content_version_of
 from serving.adapters.parity import DETAIL_KEEP
 from serving.adapters.refs import HISTORY_KEEP
-from serving.errors import AdapterIntegrityError, AdapterNotFound, BadAdapterName, BadRequest, ParityFailed
+from serving.errors import (
+    AdapterIntegrityError,
+    AdapterNotFound,
+    BadAdapterName,
+    BadRequest,
+    ParityFailed,
+    ParityNotCompared,
+)
 from tests.support.adapter_store import make_adapter
 
 PASSED = {"ok": True, "frames": 64, "max_abs_diff": 0.004, "reference": "hf+peft", "detail": "64 frames within 0.01"}
@@ -147,23 +154,25 @@ def test_promote_refuses_a_failed_version_unless_forced(store, two_versions):
     assert err.value.status_code == 409 and err.value.code == "adapter_parity_failed"
     message = str(err.value)
     assert f"version {v1} failed its parity check against hf+peft" in message
-    assert "max abs difference 0.31 over 64 frames (frame 12 differs)" in message and "--force" in message
+    assert "max abs difference 0.31 over 64 frames (frame 12 differs)" in message and "promote refused" in message
+    assert f"`maze-serve adapters verify agent@{v1} --parity`" in message and "--force-parity" in message
     assert store.resolve("agent").version == v2  # nothing moved
-    assert store.promote("agent", v1, force=True).version == v1
-    assert store.history("agent")[0].action == "promote"
-    store.rollback("agent")  # rollback is not gated: it returns to what served before
+    assert store.promote("agent", v1, force_parity=True, forced_by="ops").version == v1
+    newest = store.history("agent")[0]
+    assert (newest.action, newest.forced, newest.by) == ("promote", "FAILED 0.31", "ops")
+    store.rollback("agent")  # back to v2: never checked, so not blocked
 
 
 def test_promote_gates_the_canary_and_lets_unchecked_and_passed_versions_through(store, two_versions):
     v1, v2 = two_versions
     assert store.promote("agent", v1).version == v1  # no record: not blocked
     store.canary("agent", v2, 20)
-    store.record_parity("agent", v2, FAILED)
-    assert store.resolve("agent").parity[v2].ok is False  # the canary's record shows on the ref
-    with pytest.raises(ParityFailed, match=f"version {v2} failed"):
+    store.record_parity("agent", v2, {**PASSED, "ok": None, "reference": "base-differs", "max_abs_diff": None})
+    assert store.resolve("agent").parity[v2].state == "not compared"  # the canary's record shows on the ref
+    with pytest.raises(ParityNotCompared, match=f"version {v2} has parity not compared"):
         store.promote("agent")  # promoting the canary
-    assert store.resolve("agent").canary.version == v2
+    assert store.resolve("agent").canary.version == v2  # a record not compared does not stop a canary
     store.record_parity("agent", v2, PASSED)  # measured again, passed
     assert store.promote("agent").version == v2
-    store.record_parity("agent", v2, FAILED)
     assert store.promote("agent", v2).version == v2  # already served: changes nothing, refuses nothing
+    assert store.history("agent")[0].action == "promote" and store.history("agent")[1].action == "canary"

@@ -12,8 +12,8 @@ import yaml
 
 from serving.auth import CALLER, Gate, GateMiddleware, authorize_model, visible
 from serving.auth.caller import Caller
-from serving.auth.keys import KeyRing, KeySourceError, digest, parse_key_file
-from serving.config import AuthSpec, ServingConfig
+from serving.auth.keys import KeyRing, KeySourceError, digest, load_key_file, parse_key_file
+from serving.config import MIN_SECRET_LENGTH, AuthSpec, ServingConfig
 from serving.errors import Forbidden, KeysUnavailable, ModelAccessDenied
 
 A, B, ADMIN = "sk-team-a-0123456789", "sk-team-b-0123456789", "sk-admin-0123456789ab"
@@ -49,7 +49,6 @@ def test_key_file_is_held_as_digests_only():
 @pytest.mark.parametrize(("patch", "match"), [
     ({"keys": [{"name": "x", "models": ["*"], "secrets": ["short"]}]}, "at least 16"),
     ({"keys": [{"name": "x", "models": ["*"], "sha256": ["abc"], "min_secret_length": 32}]}, "64 lowercase hex"),
-    ({"keys": [{"name": "x", "models": ["*"], "sha256": [digest(A)]}]}, "need `min_secret_length`"),
     ({"keys": [{"name": "x", "models": ["*"], "sha256": [digest(A)], "min_secret_length": 8}]},
      "min_secret_length must be at least 16"),
     ({"keys": [{"name": "x", "models": ["*"], "secrets": [A], "min_secret_length": 32}]}, "at least 32 characters"),
@@ -131,9 +130,40 @@ def test_a_key_without_secrets_or_disabled_is_refused_and_the_rest_still_load(tm
 
 def test_digest_entries_declare_their_tokens_length():
     entry = {"name": "x", "models": ["*"], "sha256": [digest(A)], "min_secret_length": 20}
-    assert parse_key_file(json.dumps({"keys": [entry]}))[digest(A)].name == "x"
-    with pytest.raises(KeySourceError, match=r"keys\[0\] \('x'\): .*`sha256` digests need `min_secret_length`"):
-        parse_key_file(json.dumps({"keys": [{**entry, "min_secret_length": None}]}))
+    loaded = load_key_file(json.dumps({"keys": [entry]}))
+    assert loaded.keys[digest(A)].name == "x" and loaded.keys[digest(A)].min_token_length == 20
+    assert loaded.notices == ()
+
+
+def test_a_digest_entry_of_an_earlier_release_loads_with_a_migration_notice_and_the_floor(tmp_path, caplog):
+    """A `sha256` entry without `min_secret_length` (key files written before the field) loads with
+    the gateway's floor, applied to each request's token, and a notice naming the entry and what to add."""
+    short = "sk-short-0123"  # 13 characters, under the floor of 16
+    old = {"keys": [{"name": "ops", "role": "admin", "models": ["*"], "secrets": [ADMIN]},
+                    {"name": "team-b", "models": ["*"], "sha256": [digest(B), digest(short)]}]}
+    loaded = load_key_file(yaml.safe_dump(old))
+    assert loaded.keys[digest(B)].name == "team-b" and loaded.keys[digest(B)].min_token_length == MIN_SECRET_LENGTH
+    assert loaded.notices == (
+        "keys[1] ('team-b'): `sha256` without `min_secret_length`: tokens shorter than 16 characters are refused; add "
+        "`min_secret_length: N` to this entry, N the length of the shortest token behind its digests (at least 16)",)
+    path, clock = tmp_path / "keys.yaml", Clock()
+    path.write_text(yaml.safe_dump(old))
+    ring = KeyRing(AuthSpec(keys_file=str(path), reload_s=30), clock=clock)
+    caplog.set_level(logging.WARNING, logger="serving.auth.keys")
+    assert ring.lookup(B).name == "team-b" and ring.lookup(ADMIN).name == "ops"
+    assert ring.lookup(short) is None and ring.lookup(short) is None  # its digest matches; too short: 401
+    notices = [r for r in caplog.records if "without `min_secret_length`" in r.getMessage()]
+    refusals = [r for r in caplog.records if "shorter than the key's 16-character floor" in r.getMessage()]
+    assert len(notices) == 1 and len(refusals) == 1 and "'team-b'" in refusals[0].getMessage()
+    assert not any(short in r.getMessage() for r in caplog.records)
+    clock.t += 31  # the same file read again: the notice is not repeated at every reload
+    assert ring.lookup(B).name == "team-b"
+    assert len([r for r in caplog.records if "without `min_secret_length`" in r.getMessage()]) == 1
+    declared = {"keys": [{**old["keys"][1], "min_secret_length": 24}]}  # B is 20 long: under what is declared
+    assert load_key_file(yaml.safe_dump(declared)).notices == ()
+    path.write_text(yaml.safe_dump(declared))
+    clock.t += 31
+    assert ring.lookup(B) is None
 
 
 class Counted:

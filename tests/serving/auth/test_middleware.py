@@ -403,3 +403,27 @@ async def test_redis_down_usage_is_503_with_retry_after_and_nothing_calls_it(red
     assert back.status_code == 200 and len(calls) == 2  # back by itself: this read, then its usage write
     (row,) = back.json()["data"]
     assert (row["requests"], row["prompt_tokens"]) == (2, 60)  # kept in this replica while down (Redis restarted empty)
+
+
+async def test_a_key_file_edit_that_is_not_utf8_is_never_a_500(s3_server, monkeypatch, tmp_path):
+    """The bad edit (key `team-b` removed, a byte that is not UTF-8 left in a comment) on the
+    gateway's app: the last keys answer within auth.keys_grace_s, then 503 for every key of the
+    file; never a 500, and the mended file answers again."""
+    path = tmp_path / "keys.yaml"
+    path.write_text(yaml.safe_dump(KEYS))
+    gateway = gateway_app(s3_server, monkeypatch, keys_env=None, keys_file=str(path), reload_s=0, keys_grace_s=1)
+    without_b = {"keys": [k for k in KEYS["keys"] if k["name"] != "team-b"]}
+    async with gateway(A) as a, gateway(B) as b:
+        assert (await b.post("/v1/chat/completions", json={})).status_code == 200
+        path.write_bytes(yaml.safe_dump(without_b).encode() + b"# rotated by ops \xff\n")
+        assert (await b.post("/v1/chat/completions", json={})).status_code == 200  # the grace: last keys kept
+        assert (await a.post("/v1/chat/completions", json={})).status_code == 200
+        await asyncio.sleep(1.1)
+        for client in (b, a, b):
+            err = openai_error(await client.post("/v1/chat/completions", json={}), 503)
+            assert err == {"message": "the gateway cannot read its API keys; requests are refused until its "
+                                      "operators restore them", "type": "service_unavailable",
+                           "code": "api_keys_unavailable"}
+        path.write_text(yaml.safe_dump(without_b))
+        assert (await a.post("/v1/chat/completions", json={})).status_code == 200
+        assert openai_error(await b.post("/v1/chat/completions", json={}), 401)["code"] == "invalid_api_key"

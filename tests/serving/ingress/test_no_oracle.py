@@ -227,7 +227,7 @@ BAD = [
     ("POST", "/v1/adapters/team-a-x/canary", {"json": {"version": 1, "weight": "heavy"}}, 400),
     ("POST", "/v1/adapters/team-a-x/canary", {"content": b'{"version": "0123456789ab", "weight": NaN}',
                                               "headers": {"content-type": "application/json"}}, None),
-    ("POST", "/v1/adapters/team-a-x/promote", {"json": {"force": "very"}}, 400),
+    ("POST", "/v1/adapters/team-a-x/promote", {"json": {"force_parity": "very"}}, 400),
     ("POST", "/v1/adapters/team-a-x/promote", {"json": [1, 2]}, 400),
     ("POST", "/v1/adapters/team-a-x/versions", {"content": b"hello"}, 400),
     ("POST", "/v1/chat/completions", {"content": b"{", "headers": {"content-type": "application/json"}}, 400),

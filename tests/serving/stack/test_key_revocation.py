@@ -97,10 +97,11 @@ def test_revoked_secrets_are_refused_and_bad_edits_log_no_secret(stack, key_file
         yaml.safe_dump({"keys": [{**k, "secrets": k["secrets"][0]} for k in TENANTS["keys"]]}),  # a wrong type
         yaml.safe_dump({"keys": [{**k, "secrets": [], "sha256": k["secrets"], "min_secret_length": 16}
                                  for k in TENANTS["keys"]]}),  # secrets pasted where digests go
+        good.encode() + b"# \xff\n",  # a byte that is not UTF-8: a failed read like the others, never a 500
     ]
-    assert len({*bad_edits, good}) == 4
+    assert len({*bad_edits, good}) == 5
     for text in bad_edits:
-        key_file.write_text(text)
+        key_file.write_bytes(text if isinstance(text, bytes) else text.encode())
         deadline = time.monotonic() + reload_s + 1.5  # at least one reload reads the bad edit
         while time.monotonic() < deadline:  # the last keys kept: the grace
             assert status(stack, TEAM_A) == 200 and status(stack, NEW) == 401
@@ -112,6 +113,7 @@ def test_revoked_secrets_are_refused_and_bad_edits_log_no_secret(stack, key_file
     assert logged, "the bad edits were not logged"
     text = b"".join(p.read_bytes() for p in logged)
     assert b"not valid YAML at line" in text and b"not a valid key file: keys[0]" in text
+    assert b"is not UTF-8 text (an undecodable byte on line" in text
     assert logs_showing_secrets(logs) == []
 
     write_tenant_keys(key_file, entries([NEW]))  # fixed: read again, with its revocations

@@ -90,7 +90,7 @@ def test_bad_input_is_never_a_5xx(stack, published):
         (TEAM_A, "GET", "/v1/models", {"params": {"limit": "all"}}),
         (OPS, "POST", "/v1/adapters/team-a-x/canary", {"content": b"{", "headers": {"content-type": "application/json"}}),
         (OPS, "POST", "/v1/adapters/team-a-x/canary", {"json": {"version": 1, "weight": "heavy"}}),
-        (OPS, "POST", "/v1/adapters/team-a-x/promote", {"json": {"version": ["x"], "force": "very"}}),
+        (OPS, "POST", "/v1/adapters/team-a-x/promote", {"json": {"version": ["x"], "force_parity": "very"}}),
         (TEAM_A, "POST", "/v1/chat/completions", {"content": b"{", "headers": {"content-type": "application/json"}}),
         (TEAM_A, "POST", "/v1/chat/completions", {"json": {"model": 5, "messages": "x"}}),
         (TEAM_A, "POST", "/v1/chat/completions", {"json": {"model": f"{stack.base}:team-a-x\n", "messages": TEXT}}),
