@@ -15,7 +15,9 @@ racing never lose an update (the loser re-reads and retries). The alias's moves 
 object (``history``, newest first), so the move and its record can never disagree. A canary
 (:meth:`AdapterStore.canary`, ``serving.adapters.canary``) is a second version the name serves to a weighted
 share of sessions; it lives in the same object, next to the version it is tested against, and ends
-by :meth:`AdapterStore.promote` (it becomes the version) or :meth:`AdapterStore.abort_canary`.
+by :meth:`AdapterStore.promote` (it becomes the version) or :meth:`AdapterStore.abort_canary`. The
+offline gate (``maze-eval gate``) asks :meth:`AdapterStore.gate_target` whether a candidate may be
+gated and under which policy, and records its decision with :meth:`AdapterStore.decide`.
 
 :class:`AdapterStore` is composed: its objects are the door (:mod:`serving.adapters.objects`, the
 implementation its prefix's scheme picks: :mod:`serving.adapters.backends`); the ref documents and
@@ -42,6 +44,7 @@ from serving.adapters.backends import open_objects
 from serving.adapters.canary import check_weight
 from serving.adapters.checks import VerifyReport, VersionChecks
 from serving.adapters.files import content_version, validate_adapter
+from serving.adapters.gating import GateEvidence, GateTarget
 from serving.adapters.layout import Refs, Versions
 from serving.adapters.moves import AliasMoves
 from serving.adapters.objects import PAGE, ObjectStore
@@ -244,6 +247,18 @@ class AdapterStore:
     @_doc_of(AliasMoves.abort_canary)
     def abort_canary(self, name: str) -> AdapterRef:
         return self.moves.abort_canary(name)
+
+    def gate_target(self, name: str, version: str) -> GateTarget:
+        """``version`` of ``name`` cleared for the offline gate (:meth:`AliasMoves.gate_candidate
+        <serving.adapters.moves.AliasMoves.gate_candidate>`, whose errors it raises), with the version
+        served now and the name's gate policy (``adapters.gate``)."""
+        current, base, parity = self.moves.gate_candidate(name, version)
+        return GateTarget(name=name, version=version, current=current, base=base, parity=parity,
+                          policy=self.spec.gate.policy(name))
+
+    @_doc_of(AliasMoves.decide)
+    def decide(self, name: str, version: str, evidence: GateEvidence | dict[str, Any]) -> tuple[AdapterRef, AliasMove]:
+        return self.moves.decide(name, version, evidence)
 
     @_doc_of(VersionChecks.verify)
     def verify(self, name: str, version: str | None = None, *, check: bool = True) -> VerifyReport:

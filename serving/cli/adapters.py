@@ -181,8 +181,9 @@ def adapters_rollback(ctx: click.Context, name: str, force_parity: bool) -> None
 def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
     """NAME's moves, newest first: version, time, action, then a canary's weight and the version's
     parity check (ok and the largest difference, FAILED, not compared, or -), and for a move forced
-    past parity what it was forced past and by which key, for a move the store made why (the first
-    line is the version served)."""
+    past parity what it was forced past and by which key, for an offline gate's decision (`maze-eval
+    gate`: a promote, or a `gate` line where it left NAME) its evidence, for a move the store made
+    why (the first stable move, push, promote or rollback, is the version served)."""
     store = store_of(config_of(ctx))
     moves, parity = store.history(name), store.parity(name)
     if as_json:
@@ -196,7 +197,26 @@ def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
         forced = f"\tforced past parity {m.forced}" + (f" by key {m.by!r}" if m.by else "") if m.forced else ""
         reason = f"\t{m.reason}" if m.reason else ""
         click.echo(f"{m.version}\t{m.at}\t{m.action}\t{weight}parity {parity_label(parity.get(m.version))}"
-                   f"{forced}{reason}")
+                   f"{forced}{_gate_evidence(m.gate)}{reason}")
+
+
+def _gate_evidence(gate: dict | None) -> str:
+    """An offline gate's evidence in one column (empty for a move the gate did not make)."""
+    if not gate:
+        return ""
+    needed = "-" if gate.get("wins_needed") is None else gate["wins_needed"]
+    return (f"\tgate {gate['verdict']} vs {gate['against']}: {gate['wins']} wins {gate['losses']} losses on "
+            f"{gate['seeds']} seeds (needed {needed}), one-sided p {gate['p_value']:.3g}, alpha {gate['alpha']:g} "
+            f"over looks {gate['looks']}; runs {gate['run']} vs {gate['run_against']}")
+
+
+@adapters.command("gate", context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def adapters_gate(args: tuple[str, ...]) -> None:
+    """Points to `maze-eval gate NAME@VERSION`: the offline gate plays episodes through the gateway,
+    which maze-serve does not do (the gateway imports no agent or evaluation code)."""
+    raise click.UsageError("the offline gate plays episodes, so it is maze-eval's: run `maze-eval gate "
+                           f"{' '.join(args) or 'NAME@VERSION'}` (docs/lifecycle.md, \"The offline gate\")")
 
 
 @adapters.command("verify")

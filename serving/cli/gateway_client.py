@@ -41,6 +41,7 @@ from serving.errors import (
     NoRollbackTarget,
     ParityFailed,
     ParityNotCompared,
+    ParityNotMeasured,
     ParityNotPassed,
     RateLimited,
     ServingError,
@@ -52,6 +53,7 @@ _BY_CODE = {"adapter_not_found": AdapterNotFound, "model_not_found": AdapterNotF
             "no_rollback_target": NoRollbackTarget, "no_canary": NoCanary, "adapter_ref_conflict": AdapterRefConflict,
             "adapter_store_unavailable": AdapterStoreUnavailable, "adapter_parity_failed": ParityFailed,
             "adapter_parity_not_compared": ParityNotCompared, "adapter_parity_not_passed": ParityNotPassed,
+            "adapter_parity_not_measured": ParityNotMeasured,
             "adapter_integrity_failed": AdapterIntegrityError}
 _BY_STATUS = {401: Unauthorized, 403: Forbidden, 404: AdapterNotFound, 409: AdapterExists, 429: RateLimited}
 
