@@ -316,11 +316,17 @@ class Store:
                 adapter=adapter, version=version, against=against, run_id=run_id, against_run_id=against_run_id,
                 verdict=verdict, promoted=promoted, evidence=evidence, decided_at=_now()))
 
-    def gate_decisions(self, *run_ids: str) -> list[dict[str, Any]]:
-        """Gate decisions made from any of ``run_ids`` (all without), oldest first."""
+    def gate_decisions(self, *run_ids: str, adapter: str | None = None, version: str | None = None,
+                       ) -> list[dict[str, Any]]:
+        """Gate decisions made from any of ``run_ids`` (all without), on ``adapter`` and candidate
+        ``version`` when given, oldest first."""
         q = select(gate_decisions).order_by(gate_decisions.c.id)
         if run_ids:
             q = q.where(gate_decisions.c.run_id.in_(run_ids) | gate_decisions.c.against_run_id.in_(run_ids))
+        if adapter is not None:
+            q = q.where(gate_decisions.c.adapter == adapter)
+        if version is not None:
+            q = q.where(gate_decisions.c.version == version)
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
 

@@ -25,6 +25,7 @@ from serving.adapters.gating import GateEvidence, check_candidate, gate_evidence
 from serving.adapters.layout import Refs, Versions
 from serving.adapters.parity import ParityRecord, kept_parity, parity_gate, parity_label, parity_of, passes
 from serving.adapters.refs import (
+    CANDIDATE,
     GATE,
     STABLE_MOVES,
     AdapterRef,
@@ -159,6 +160,26 @@ class AliasMoves:
 
         ref = ref_of(name, self.refs.update(name, change))
         log.info("adapter %s: canary aborted, version %s serves everything", name, ref.version)
+        return ref
+
+    def propose(self, name: str, version: str, *, base: str | None, rank: int | None) -> AdapterRef:
+        """Record ``version`` (uploaded) as a candidate of ``name`` for the offline gate: a ``candidate``
+        history entry, the alias unchanged; nothing is written when the history holds the version
+        already. It starts nothing serving, so no parity gate applies; its parity can then be recorded.
+
+        Raises:
+            BadAdapterName (400), AdapterNotFound (404: the name is not published), AdapterRefConflict
+            (409), AdapterStoreUnavailable (503).
+        """
+        def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+            self._published(name)(doc)
+            if any(m["version"] == version for m in history_of(doc)):
+                return None
+            move = AliasMove(version=version, at=now(), action=CANDIDATE, base=base, rank=rank)
+            return {**doc, "history": with_move(doc, move)}
+
+        ref = ref_of(name, self.refs.update(name, change))
+        log.info("adapter %s: version %s pushed as a candidate (%s serves)", name, version, ref.version)
         return ref
 
     def gate_candidate(self, name: str, version: str) -> tuple[str, str | None, str]:

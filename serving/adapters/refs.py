@@ -24,6 +24,10 @@ HISTORY_KEEP = 100  # alias moves kept in the ref (the ref stays a small object)
 STABLE_MOVES = ("push", "promote", "rollback")  # history actions that moved the version served; the others
 # (canary, abort) started, re-weighted or ended a canary, and a gate entry recorded a decision that left it
 GATE = "gate"  # an offline gate's decision that did not move the alias (its promotions are promote moves)
+CANDIDATE = "candidate"  # a version pushed for the offline gate, not served
+# Entries the history drops first once it is full: records of the gate that moved nothing, so a watcher gating
+# every step never pushes out the moves a rollback returns to.
+DROPPED_FIRST = (GATE, CANDIDATE)
 
 
 def check_name(name: str) -> str:
@@ -52,11 +56,12 @@ class AliasMove:
 
     An offline gate's decision (``serving.adapters.gating``) keeps its evidence (``gate``): a promote
     when the candidate passed, a ``gate`` entry for the candidate when the name was left as it was
-    (with a ``reason`` when it passed but could not move the name)."""
+    (with a ``reason`` when it passed but could not move the name). A ``candidate`` entry is a version
+    pushed for the gate without serving it (``push(..., candidate=True)``)."""
 
     version: str
     at: str
-    action: str  # push | promote | rollback | canary | abort | gate
+    action: str  # push | promote | rollback | canary | abort | candidate | gate
     base: str | None = None
     rank: int | None = None
     weight: float | None = None  # the canary's share in percent (canary moves only)
@@ -114,14 +119,14 @@ def history_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def with_move(doc: dict[str, Any] | None, move: AliasMove) -> list[dict[str, Any]]:
-    """``doc``'s history with ``move`` in front, cut to :data:`HISTORY_KEEP` entries: the oldest gate
-    decisions that left the alias go first, so a watcher gating every step never pushes out the moves
-    a rollback returns to."""
+    """``doc``'s history with ``move`` in front, cut to :data:`HISTORY_KEEP` entries: the oldest of
+    :data:`DROPPED_FIRST` (candidates pushed for the gate, its decisions that left the alias) go first,
+    so a watcher gating every step never pushes out the moves a rollback returns to."""
     history = [entry_of(move), *history_of(doc)] if doc else [entry_of(move)]
     extra = len(history) - HISTORY_KEEP
     if extra > 0:
-        gates = [i for i, entry in enumerate(history) if entry["action"] == GATE]  # newest first
-        dropped = set(gates[-extra:])
+        gated = [i for i, entry in enumerate(history) if entry["action"] in DROPPED_FIRST]  # newest first
+        dropped = set(gated[-extra:])
         history = [entry for i, entry in enumerate(history) if i not in dropped]
     return history[:HISTORY_KEEP]
 

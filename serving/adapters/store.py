@@ -64,6 +64,7 @@ from serving.errors import (
     AdapterExists,
     AdapterNotFound,
     BadAdapterName,
+    InvalidCanary,
 )
 
 __all__ = ["AdapterStore"]
@@ -158,7 +159,7 @@ class AdapterStore:
 
     # -- writes --------------------------------------------------------------------------
     def push(self, folder: str | Path, name: str, *, base: str | None = None, base_source: str | None = None,
-             max_rank: int = 32, force: bool = False, canary: float | None = None,
+             max_rank: int = 32, force: bool = False, canary: float | None = None, candidate: bool = False,
              vision_tower: bool = False, force_parity: bool = False, forced_by: str | None = None) -> AdapterRef:
         """Validate and publish a local adapter folder as ``name``.
 
@@ -170,7 +171,11 @@ class AdapterStore:
         modules is refused (the engine would serve it without them), before anything is uploaded.
         Files pushed before under ``name`` are the same version, judged by its parity record as any
         move that starts a version serving (:meth:`AliasMoves.gate
-        <serving.adapters.moves.AliasMoves.gate>`), unless ``force_parity``.
+        <serving.adapters.moves.AliasMoves.gate>`), unless ``force_parity``. With ``candidate`` the
+        new version serves nothing: it is recorded as a candidate for the offline gate
+        (:meth:`AliasMoves.propose <serving.adapters.moves.AliasMoves.propose>`), which moves the
+        alias only if it plays better; what is returned is then the candidate version's view
+        (:meth:`resolve_version`), not the alias's.
 
         Raises:
             BadAdapterName, AdapterInvalid (400; AdapterNotServable: served other than trained),
@@ -179,8 +184,17 @@ class AdapterStore:
         """
         check_name(name)
         weight = None if canary is None else check_weight(canary)
+        if candidate and weight is not None:
+            raise InvalidCanary("push either a canary or a candidate for the gate, not both")
         cfg = validate_adapter(folder, base_source=base_source, max_rank=max_rank, vision_tower=vision_tower)
         version = content_version(folder)
+        if candidate:
+            if self.refs.read(name)[0] is None:
+                raise AdapterNotFound(f"adapter {name!r} is not published yet: a candidate is gated against the "
+                                      "version served (push it without --candidate first)")
+            self.versions.upload(folder, name, version)
+            self.moves.propose(name, version, base=base, rank=cfg["r"])
+            return self.resolve_version(name, version)
         if weight is not None:
             if self.refs.read(name)[0] is None:
                 raise AdapterNotFound(f"adapter {name!r} is not published yet: a canary needs a version served "

@@ -75,10 +75,12 @@ def adapters_list(ctx: click.Context, as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="replace an existing adapter of that name")
 @click.option("--canary", "weight", help="do not replace the version served: make the new one NAME's canary, "
               "serving this percent of its sessions (see `adapters canary`)")
+@click.option("--candidate", is_flag=True, help="do not serve the new version: record it as a candidate for the "
+              "offline gate (`maze-eval gate NAME@VERSION`), which moves NAME only if it plays better")
 @click.option("--force-parity", is_flag=True, help=FORCE_PARITY_HELP)
 @click.pass_context
 def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, force: bool, weight: str | None,
-                  force_parity: bool) -> None:
+                  candidate: bool, force_parity: bool) -> None:
     """Validate FOLDER (a peft LoRA) and publish it atomically as NAME.
 
     A gateway serves it within its adapters.resolve_ttl_s; through --gateway, that gateway from its
@@ -91,7 +93,12 @@ def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, 
     if spec is None:
         raise BadRequest(f"unknown base {base!r}; known: {[m.id for m in cfg.base_models]}")
     ref = store_of(cfg).push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank, force=force,
-                           canary=weight, vision_tower=cfg.lora.vision_tower, force_parity=force_parity)
+                           canary=weight, candidate=candidate, vision_tower=cfg.lora.vision_tower,
+                           force_parity=force_parity)
+    if candidate:
+        click.echo(f"published {ModelId(spec.id, ref.name)} version {ref.version} as a candidate (not served); "
+                   f"gate it: maze-eval gate {ModelId(None, ref.name, ref.version)}")
+        return
     if weight is not None:
         click.echo(f"published {ModelId(spec.id, ref.name)} version {ref.canary.version} as a canary "
                    f"({ref.canary.weight:g}%; {ref.version} serves the rest)")

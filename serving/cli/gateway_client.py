@@ -115,7 +115,8 @@ class GatewayAdapters:
         return VerifyReport(**{k: v for k, v in report.items() if k != "ok"})
 
     def push(self, folder: str | Path, name: str, *, base: str | None = None, force: bool = False,
-             canary: float | str | None = None, force_parity: bool = False, **_store_only: Any) -> AdapterRef:
+             canary: float | str | None = None, candidate: bool = False, force_parity: bool = False,
+             **_store_only: Any) -> AdapterRef:
         """Upload FOLDER's adapter files as a tar; the gateway validates and publishes them."""
         params: dict[str, Any] = {"force": str(force).lower()}
         if force_parity:
@@ -124,6 +125,8 @@ class GatewayAdapters:
             params["base"] = base
         if canary is not None:
             params["canary"] = canary
+        if candidate:
+            params["candidate"] = "true"
         with tempfile.SpooledTemporaryFile(max_size=64 * 2**20) as buf:
             with tarfile.open(fileobj=buf, mode="w") as tar:
                 for fname in (CONFIG, WEIGHTS):

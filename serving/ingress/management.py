@@ -6,7 +6,7 @@
   records), ``.../verify?version=`` (re-hash a version's stored files; 422 when they changed):
   published adapters the key may see.
 * ``POST /v1/adapters/{name}/versions`` (a tar of the adapter folder;
-  ``?base=&force=&canary=&force_parity=``), ``.../canary`` (``{"version", "weight", "force_parity"}``),
+  ``?base=&force=&canary=&candidate=&force_parity=``), ``.../canary`` (``{"version", "weight", "force_parity"}``),
   ``.../promote`` (``{"version", "force_parity"}`` or none: the canary), ``.../abort``,
   ``.../rollback`` (``{"force_parity"}`` or none): a publisher on names its models cover, an admin on
   any name; ``DELETE /v1/adapters/{name}``: admin only.
@@ -338,6 +338,8 @@ async def push_adapter(request: Request, name: str,
                        base: str | None = Query(None, description="base model id (default: the first served)"),
                        force: bool = Query(False, description="replace the version a published name serves"),
                        canary: float | None = Query(None, description="publish as the name's canary at this percent"),
+                       candidate: bool = Query(False, description="publish without serving it: a candidate for the "
+                                                                  "offline gate"),
                        force_parity: bool = Query(False, description=FORCE_PARITY)):
     cfg = _config(request)
     forced_by = _forced_by(cfg, name, force_parity)  # before the upload is read
@@ -356,10 +358,10 @@ async def push_adapter(request: Request, name: str,
             fh.close()
         await asyncio.to_thread(_extract, archive, folder, cfg.limits.max_upload_bytes)
         ref = await asyncio.to_thread(_store(cfg).push, folder, name, base=spec.id, base_source=spec.source,
-                                      max_rank=cfg.lora.max_rank, force=force, canary=canary,
+                                      max_rank=cfg.lora.max_rank, force=force, canary=canary, candidate=candidate,
                                       vision_tower=cfg.lora.vision_tower, force_parity=force_parity,
                                       forced_by=forced_by)
-    return _served(ref)
+    return _ref(ref) if candidate else _served(ref)  # a candidate serves nothing: the resolver keeps the alias
 
 
 @router.post("/v1/adapters/{name}/canary", dependencies=[_may("canary")])

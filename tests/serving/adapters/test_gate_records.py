@@ -18,7 +18,15 @@ from serving.adapters import AdapterStore, GateEvidence
 from serving.adapters.refs import HISTORY_KEEP
 from serving.cli import main
 from serving.config import GateSpec, ServingConfig
-from serving.errors import BadAdapterName, BadRequest, InvalidCanary, ParityFailed, ParityNotCompared, ParityNotMeasured
+from serving.errors import (
+    AdapterNotFound,
+    BadAdapterName,
+    BadRequest,
+    InvalidCanary,
+    ParityFailed,
+    ParityNotCompared,
+    ParityNotMeasured,
+)
 from tests.serving.cli.test_adapters import config_file
 from tests.support.adapter_store import make_adapter
 
@@ -122,13 +130,30 @@ def test_malformed_evidence_is_a_400_and_writes_nothing(two, change, words):
     assert store.history("agent") == before
 
 
-def test_gate_entries_never_push_out_the_moves_a_rollback_needs(two):
+def test_a_candidate_is_pushed_without_serving_it(two, tmp_path):
     store, served, cand = two
-    for _ in range(HISTORY_KEEP + 5):
+    folder = make_adapter(tmp_path / "c", seed=3)
+    pushed = store.push(folder, "agent", base="maze-tiny", candidate=True)
+    assert pushed.version != served and store.resolve("agent").version == served  # the alias did not move
+    assert (store.history("agent")[0].action, store.history("agent")[0].version) == ("candidate", pushed.version)
+    store.record_parity("agent", pushed.version, PASSED)  # the history holds it: its parity can be kept
+    assert store.gate_target("agent", pushed.version).current == served
+    again = store.push(folder, "agent", base="maze-tiny", candidate=True)
+    assert again.version == pushed.version and len([m for m in store.history("agent") if m.action == "candidate"]) == 1
+    with pytest.raises(InvalidCanary, match="not both"):
+        store.push(folder, "agent", candidate=True, canary=5)
+    with pytest.raises(AdapterNotFound, match="not published yet"):
+        store.push(folder, "other", candidate=True)
+
+
+def test_gate_and_candidate_entries_never_push_out_the_moves_a_rollback_needs(two, tmp_path):
+    store, served, cand = two
+    for i in range(HISTORY_KEEP // 2 + 3):
+        store.push(make_adapter(tmp_path / f"c{i}", seed=10 + i), "agent", base="maze-tiny", candidate=True)
         store.decide("agent", cand, evidence(served, "undecided"))
     history = store.history("agent")
-    assert len(history) == HISTORY_KEEP and sum(m.action == "gate" for m in history) < HISTORY_KEEP
-    assert [m.action for m in history if m.action != "gate"] == ["promote", "push", "push"]  # all kept
+    assert len(history) == HISTORY_KEEP and history[0].action == "gate"
+    assert [m.action for m in history if m.action not in ("gate", "candidate")] == ["promote", "push", "push"]
     assert store.rollback("agent").version == cand
 
 
@@ -167,3 +192,6 @@ def test_history_shows_the_gates_evidence(s3_server, tmp_path):
     assert json.loads(run("history", "agent", "--json").output)[0]["gate"]["verdict"] == "undecided"
     pointer = run("gate", f"agent@{cand}")
     assert pointer.exit_code == 2 and f"maze-eval gate agent@{cand}" in pointer.output
+    pushed = run("push", str(make_adapter(tmp_path / "c", seed=3)), "agent", "--candidate")
+    assert pushed.exit_code == 0 and "as a candidate (not served); gate it: maze-eval gate agent@" in pushed.output
+    assert store.resolve("agent").version == served and store.history("agent")[0].action == "candidate"
