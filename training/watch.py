@@ -315,7 +315,7 @@ class Watcher:
         of a new name, one promoted by hand) needs none."""
         from evaluation.gate import GateIncomplete, StoreAliases, gate_async
         from evaluation.served import gate_label
-        from serving.adapters import STABLE_MOVES
+        from serving.adapters import STABLE_MOVES, ModelId
         from serving.errors import ParityNotPassed
 
         step, version = outcome.step, outcome.version
@@ -326,7 +326,8 @@ class Watcher:
             return outcome
         cfg = self._eval.model_copy(update={"endpoint": await self.endpoint()})
         try:
-            result = await gate_async(cfg, f"{self.cfg.adapter}@{version}", aliases=StoreAliases(adapters))
+            target = str(ModelId(None, self.cfg.adapter, version))
+            result = await gate_async(cfg, target, aliases=StoreAliases(adapters))
         except ParityNotPassed as exc:  # never measured (--no-parity), not compared, or failed: never promoted
             self.say(f"step {step}: not gated: {exc}")
             outcome.gate = "refused"

@@ -11,6 +11,7 @@ from agent.cli import json_option
 from evaluation.cli.common import open_store
 from evaluation.errors import UnknownRun
 from evaluation.leaderboard import compare
+from serving.adapters import ModelId
 
 
 @click.command("compare")
@@ -38,7 +39,7 @@ def compare_cmd(obj: dict, run_a: str, run_b: str, as_json: bool) -> None:
     for g in c.gates:  # the offline gate's own test, where these two runs were a gate's
         done = "promoted" if g["promoted"] else f"left {g['name']} on {g['against']}" + (
             f" ({g['reason']})" if g.get("reason") else "")
-        out.print(f"gate {g['name']}@{g['version']} vs {g['against']}: {g['verdict']} with {g['wins']} wins, "
+        out.print(f"gate {ModelId(None, g['name'], g['version'])} vs {g['against']}: {g['verdict']} with {g['wins']} wins, "
                   f"{g['losses']} losses on {g['seeds']} seeds (one-sided p {g['p_value']:.3g}, alpha {g['alpha']:g} "
                   f"over the looks); {done}", highlight=False)
 

@@ -19,6 +19,7 @@ from rich.console import Console
 from agent.cli import EXIT_CONFLICT, EXIT_FAILED, EXIT_OK, json_option
 from evaluation.config import EvalConfig
 from evaluation.errors import EvalError
+from serving.adapters import ModelId
 
 # The root command's options the gate plays with; the others (seeds, samples, adapter, run name,
 # resume) are the gate's own to set.
@@ -73,7 +74,7 @@ def gate_cmd(ctx: click.Context, target: str, as_json: bool) -> None:
 
 def _print(r) -> None:
     out = Console(highlight=False)
-    out.print(f"gate {r.name}@{r.version} against {r.against} on {r.base}: {r.verdict} after {r.seeds} seeds, "
+    out.print(f"gate {ModelId(None, r.name, r.version)} against {r.against} on {r.base}: {r.verdict} after {r.seeds} seeds, "
               f"{r.wins} wins and {r.losses} losses (one-sided p {r.p_value:.3g}; alpha {r.alpha:g} over the looks)")
     if r.promoted:
         out.print(f"promoted: {r.name} -> {r.version}")

@@ -103,7 +103,7 @@ class _Runs:
         half = max(1, cfg.concurrency // 2)
         self.cfgs = {v: cfg.model_copy(update={"base": base, "adapter": str(ModelId(None, target.name, v)),
                                                "concurrency": half, "samples": 1,
-                                               "run_name": f"gate {target.name}@{v}"})
+                                               "run_name": f"gate {ModelId(None, target.name, v)}"})
                      for v in (target.version, target.current)}
         self.ids: dict[str, str] = {}
 
