@@ -37,8 +37,15 @@ Figures per variant:
 * ``c8``: throughput in alternating blocks of ``--c8-per-block`` requests (after 16 warm-up
   requests) at concurrency 8, the median block ratio with a bootstrap 95% interval, and each side's
   CPU seconds per request by process role;
-* ``runs``: per variant, the pooled blocks of every run (the interval over all of them) and the
-  spread of the per-run figures (min, max).
+* ``runs``: per variant, the median over every run's blocks with an interval that resamples runs,
+  then blocks within each run (the runs differ more than the blocks of one run do, so an interval
+  that resamples blocks alone is too narrow), each run's own interval, and the spread of the per-run
+  medians (min, max).
+
+The machine's other load is recorded per block: the CPU of every process that belongs to neither
+side nor the benchmark, in cores. The rule for a busy block is fixed before the run (``--busy-cores``,
+written into the results file first): a block pair where either block saw more other load is busy.
+Every figure is given over all blocks and, beside it, over the quiet pairs only.
 
 The request is the gateway bench's (one-turn chat, one maze image, 8 tokens, ``ignore_eos``).
 """
@@ -107,6 +114,50 @@ def median_ci95(values: list[float], rounds: int = 2000) -> list[float]:
     return [round(boot[int(0.025 * rounds)], 3), round(boot[int(0.975 * rounds) - 1], 3)]
 
 
+def runs_median_ci95(runs: list[list[float]], rounds: int = 2000) -> list[float] | None:
+    """95% interval of the median of all runs' blocks, resampling runs and then each drawn run's
+    blocks (seeded). With one run it is the blocks' own interval; None when no run has a block."""
+    runs = [r for r in runs if r]
+    if not runs:
+        return None
+    rng = random.Random(0)
+    boot = sorted(statistics.median([x for run in rng.choices(runs, k=len(runs)) for x in rng.choices(run, k=len(run))])
+                  for _ in range(rounds))
+    return [round(boot[int(0.025 * rounds)], 3), round(boot[int(0.975 * rounds) - 1], 3)]
+
+
+class OtherLoad:
+    """CPU cores used during a block by processes of neither side nor this benchmark."""
+
+    def __init__(self, side_pids: list[int]):
+        self.pids = [*side_pids, os.getpid()]
+        self.t, self.busy, self.own = time.perf_counter(), self._busy(), self._own()
+
+    @staticmethod
+    def _busy() -> float:
+        t = psutil.cpu_times()
+        return sum(getattr(t, k) for k in t._fields if k not in ("idle", "iowait", "guest", "guest_nice"))
+
+    def _own(self) -> float:
+        total = 0.0
+        for pid in self.pids:
+            try:
+                c = psutil.Process(pid).cpu_times()
+                total += c.user + c.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return total
+
+    def cores(self) -> float:
+        wall = max(time.perf_counter() - self.t, 1e-6)
+        return round(max(0.0, (self._busy() - self.busy) - (self._own() - self.own)) / wall, 3)
+
+
+def busy_pairs(loads: dict[str, list[float]], limit: float) -> list[int]:
+    """The block pairs where either side's block saw more than ``limit`` cores of other load."""
+    return [i for i, pair in enumerate(zip(*loads.values(), strict=True)) if max(pair) > limit]
+
+
 def _c1_figures(gw: list[list[float]], vl: list[list[float]]) -> dict:
     """Figures from per-block latency lists of both sides (block i of each side forms pair i)."""
     flat_gw, flat_vl = [x for b in gw for x in b], [x for b in vl for x in b]
@@ -154,38 +205,50 @@ async def _timed(client: httpx.AsyncClient, image: str) -> float:
     return time.perf_counter() - t
 
 
-def alternate(sides: dict[str, Side], blocks: int, measure) -> dict[str, list]:
-    """``blocks`` x (``measure(side)`` on each side with the other paused), order alternating."""
+def alternate(sides: dict[str, Side], blocks: int, measure) -> tuple[dict[str, list], dict[str, list[float]]]:
+    """``blocks`` x (``measure(side)`` on each side with the other paused), order alternating; the
+    measurements and each block's other load (cores)."""
     out: dict[str, list] = {k: [] for k in sides}
+    loads: dict[str, list[float]] = {k: [] for k in sides}
     for i in range(blocks):
         for name in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
             others = [s for k, s in sides.items() if k != name]
             for s in others:
                 s.pause()
             try:
+                other = OtherLoad(sides[name].pids + [p for s in others for p in s.pids])
                 out[name].append(measure(sides[name]))
+                loads[name].append(other.cores())
             finally:
                 for s in others:
                     s.resume()
-    return out
+    return out, loads
 
 
-def paired_c1(sides: dict[str, Side], image: str, blocks: int, per_block: int) -> dict:
+def _with_load(out: dict, loads: dict[str, list[float]], limit: float) -> dict:
+    busy = busy_pairs(loads, limit)
+    quiet = [r for i, r in enumerate(out["block_ratios"]) if i not in busy]
+    return {**out, "other_load_cores": loads, "busy_pairs": busy,
+            "quiet_median_block_ratio": round(statistics.median(quiet), 3) if quiet else None,
+            "quiet_median_block_ratio_ci95": median_ci95(quiet) if quiet else None}
+
+
+def paired_c1(sides: dict[str, Side], image: str, blocks: int, per_block: int, busy_cores: float) -> dict:
     async def block(side: Side) -> list[float]:
         async with httpx.AsyncClient(base_url=side.url, timeout=300) as client:
             for _ in range(2):  # wake the engine and the connection
                 await _timed(client, image)
             return [await _timed(client, image) for _ in range(per_block)]
 
-    lat = alternate(sides, blocks, lambda side: asyncio.run(block(side)))
+    lat, loads = alternate(sides, blocks, lambda side: asyncio.run(block(side)))
     half = blocks // 2
     out = _c1_figures(lat["gateway"], lat["vllm"])
     out["halves"] = [_c1_figures(lat["gateway"][:half], lat["vllm"][:half]),
                      _c1_figures(lat["gateway"][half:], lat["vllm"][half:])]
-    return out
+    return _with_load(out, loads, busy_cores)
 
 
-def paired_c8(sides: dict[str, Side], image: str, blocks: int, per_block: int) -> dict:
+def paired_c8(sides: dict[str, Side], image: str, blocks: int, per_block: int, busy_cores: float) -> dict:
     cpu: dict[str, dict[str, float]] = {name: {} for name in sides}
 
     def block(side: Side) -> float:
@@ -199,13 +262,14 @@ def paired_c8(sides: dict[str, Side], image: str, blocks: int, per_block: int) -
             mine[role] = mine.get(role, 0.0) + seconds
         return rps
 
-    rps = alternate(sides, blocks, block)
+    rps, loads = alternate(sides, blocks, block)
     ratios = [g / v for g, v in zip(rps["gateway"], rps["vllm"], strict=True)]
     per_request = {name: {role: round(1000 * s / (per_block * blocks), 1) for role, s in roles.items() if s}
                    for name, roles in cpu.items()}
-    return {"blocks": blocks, "requests_per_block": per_block, "vllm_rps": rps["vllm"], "gateway_rps": rps["gateway"],
-            "block_ratios": [round(r, 3) for r in ratios], "cpu_ms_per_request": per_request,
-            "median_block_ratio": round(statistics.median(ratios), 3), "median_block_ratio_ci95": median_ci95(ratios)}
+    out = {"blocks": blocks, "requests_per_block": per_block, "vllm_rps": rps["vllm"], "gateway_rps": rps["gateway"],
+           "block_ratios": [round(r, 3) for r in ratios], "cpu_ms_per_request": per_request,
+           "median_block_ratio": round(statistics.median(ratios), 3), "median_block_ratio_ci95": median_ci95(ratios)}
+    return _with_load(out, loads, busy_cores)
 
 
 def idle_cpu(seconds: float = 10.0) -> float:
@@ -244,9 +308,9 @@ def run_variant(variant: str, assets, image: str, args) -> dict:
                                  "core_split": None if launch["split"] is None else
                                  {"worker": list(launch["split"].worker), "rest": list(launch["split"].rest)}},
                    "idle_cpu_cores_gateway_alone": idle, "idle_cpu_cores_vllm_alone": vllm_idle}
-            out["c1"] = paired_c1(sides, image, args.blocks, args.per_block)
+            out["c1"] = paired_c1(sides, image, args.blocks, args.per_block, args.busy_cores)
             log.info("%s c1: %s", variant, json.dumps(out["c1"]))
-            out["c8"] = paired_c8(sides, image, args.c8_blocks, args.c8_per_block)
+            out["c8"] = paired_c8(sides, image, args.c8_blocks, args.c8_per_block, args.busy_cores)
             log.info("%s c8: %s", variant, json.dumps(out["c8"]))
         finally:
             embedded.down()
@@ -256,19 +320,30 @@ def run_variant(variant: str, assets, image: str, args) -> dict:
 
 
 def pooled(runs: list[dict]) -> dict:
-    """A variant's figures over all its runs: the blocks pooled (interval over all of them) and the
-    spread of the per-run medians."""
-    c1 = [r for run in runs for r in run["c1"]["block_ratios"]]
-    c8 = [r for run in runs for r in run["c8"]["block_ratios"]]
-    per_run_c1 = [run["c1"]["median_block_ratio"] for run in runs]
-    per_run_c8 = [run["c8"]["median_block_ratio"] for run in runs]
-    return {"runs": len(runs),
-            "c1_p50_added_pct": round(100 * (statistics.median(c1) - 1), 1),
-            "c1_p50_added_pct_ci95": [round(100 * (x - 1), 1) for x in median_ci95(c1)],
-            "c1_median_block_ratio": round(statistics.median(c1), 3), "c1_median_block_ratio_ci95": median_ci95(c1),
-            "c1_per_run": per_run_c1, "c1_spread": [min(per_run_c1), max(per_run_c1)],
-            "c8_median_block_ratio": round(statistics.median(c8), 3), "c8_median_block_ratio_ci95": median_ci95(c8),
-            "c8_per_run": per_run_c8, "c8_spread": [min(per_run_c8), max(per_run_c8)]}
+    """A variant's figures over all its runs: the median of every block, its interval resampling runs
+    then blocks, each run's own median and interval, and the same over the quiet block pairs (busy
+    ones, by the rule fixed before the run, left out; None where a run recorded no load)."""
+    out: dict = {"runs": len(runs)}
+    for c in ("c1", "c8"):
+        blocks = [run[c]["block_ratios"] for run in runs]
+        per_run = [run[c]["median_block_ratio"] for run in runs]
+        out.update({f"{c}_median_block_ratio": round(statistics.median([r for b in blocks for r in b]), 3),
+                    f"{c}_median_block_ratio_ci95": runs_median_ci95(blocks),
+                    f"{c}_per_run": per_run, f"{c}_per_run_ci95": [run[c]["median_block_ratio_ci95"] for run in runs],
+                    f"{c}_spread": [min(per_run), max(per_run)]})
+        if all("busy_pairs" in run[c] for run in runs):
+            quiet = [[r for i, r in enumerate(run[c]["block_ratios"]) if i not in run[c]["busy_pairs"]] for run in runs]
+            flat = [r for q in quiet for r in q]
+            out.update({f"{c}_busy_pairs": sum(len(run[c]["busy_pairs"]) for run in runs),
+                        f"{c}_quiet_median_block_ratio": round(statistics.median(flat), 3) if flat else None,
+                        f"{c}_quiet_median_block_ratio_ci95": runs_median_ci95(quiet)})
+        else:
+            out.update({f"{c}_busy_pairs": None, f"{c}_quiet_median_block_ratio": None,
+                        f"{c}_quiet_median_block_ratio_ci95": None})
+    ci = out["c1_median_block_ratio_ci95"]
+    out["c1_p50_added_pct"] = round(100 * (out["c1_median_block_ratio"] - 1), 1)
+    out["c1_p50_added_pct_ci95"] = [round(100 * (x - 1), 1) for x in ci]
+    return out
 
 
 def git_commit() -> str:
@@ -283,6 +358,16 @@ def git_commit() -> str:
         return "unknown"
 
 
+def summarize(path: Path) -> int:
+    """Rewrite ``path``'s pooled figures and summary from its runs (no measurement)."""
+    results = json.loads(path.read_text())
+    for variant in results["variants"].values():
+        variant["pooled"] = pooled(variant["runs"])
+    results["summary"] = {v: r["pooled"] for v, r in results["variants"].items()}
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "paired_ab.json")
@@ -293,11 +378,18 @@ def main() -> int:
     # ~6 s a block: long against the hiccups of a shared 2-core machine (a 64-request block lasts ~1.5 s,
     # and single blocks of either side then ran at half the speed of their neighbours).
     ap.add_argument("--c8-per-block", type=int, default=256, help="measured requests per block at concurrency 8")
+    ap.add_argument("--busy-cores", type=float, default=0.25,
+                    help="a block pair is busy when either block saw more than this many cores of other load "
+                         "(processes of neither side nor the benchmark); fixed before the run, written first")
+    ap.add_argument("--summarize", type=Path, default=None,
+                    help="recompute the pooled figures of an existing results file from its runs' blocks, and stop")
     ap.add_argument("--variants", default="embedded", help=f"comma-separated, from {list(VARIANTS)}")
     ap.add_argument("--variant-runs", type=int, default=None,
                     help="runs of each variant other than embedded (default: --runs): the shipped settings get "
                          "the runs the headline needs, each changed setting fewer")
     args = ap.parse_args()
+    if args.summarize is not None:
+        return summarize(args.summarize)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     assets = dev_assets(n_extra=0)
@@ -305,7 +397,11 @@ def main() -> int:
     results: dict = {"commit": git_commit(), "command": " ".join(["benchmarks/paired_ab.py", *sys.argv[1:]]),
                      "machine": {"cpus": os.cpu_count()}, "runs": args.runs, "variant_runs": args.variant_runs or args.runs, "blocks": args.blocks,
                      "per_block": args.per_block, "c8_blocks": args.c8_blocks, "c8_per_block": args.c8_per_block,
+                     "busy_rule": {"cores": args.busy_cores, "rule": "a block pair is busy when either block saw more "
+                                   "than this many cores used by processes of neither side nor the benchmark"},
                      "variants": {}}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")  # the rule is on record before any block runs
     t0 = time.monotonic()
     for variant in args.variants.split(","):
         runs = results["variants"].setdefault(variant, {"runs": []})["runs"]

@@ -7,6 +7,7 @@ OpenAI's 404, to list only what the key may call, and to label usage with the mo
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from dataclasses import dataclass
 
@@ -21,7 +22,14 @@ class Caller:
 
     principal: Principal
     model: str | None = None
-    strip_usage: bool = False  # the gateway asked the engine for a stream's usage the client did not
+    # What of a stream's usage the gateway asked the engine for and the client did not: taken out
+    # before it reaches the client (serving.auth.usage.request_stream_usage).
+    hide_chunk_usage: bool = False  # every chunk's usage (continuous usage stats)
+    hide_final_usage: bool = False  # the usage-only last chunk
+    # Counting the prompt's tokens with the engine's tokenizer, started by the ingress when the client
+    # left before the response started (a JSON answer, a stream's first chunk): what the gate charges
+    # then. A task of its own, so the request's unwinding neither waits for it nor cancels it.
+    prompt_count: asyncio.Task | None = None
 
 
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("maze_caller", default=None)

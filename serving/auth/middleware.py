@@ -12,7 +12,8 @@ its caller, so ``/ready`` shows its details to an admin key, without limits or u
    routes check the key's role (403);
 4. when it has ended, its tokens (read from the response's usage) are charged to the key's token
    limit and its usage recorded (``serving.auth.usage``); a stream that ends early (the client went
-   away, the request was cancelled) is charged what it had used by then.
+   away, the request was cancelled) is charged what it had used by then, and a request left before
+   its response started is charged its prompt (counted by the ingress, ``Caller.prompt_count``).
 
 ``POST /v1/episodes`` holds a ``concurrent`` slot and an episode slot of its key for the episode's
 whole life (``key_limits.episode_cap``; over either, 429): a key cannot park more server-side
@@ -211,7 +212,7 @@ class GateMiddleware:
             elif message["type"] == "http.response.body":
                 body = message.get("body", b"")
                 if scanner is not None:
-                    kept = scanner.feed(body, caller.strip_usage)
+                    kept = scanner.feed(body, caller.hide_chunk_usage, caller.hide_final_usage)
                     if kept is not body:
                         message = {**message, "body": kept}
                 if held:
@@ -227,6 +228,19 @@ class GateMiddleware:
         if STORE_DOWN_CODE in body and not any(k.lower() == b"retry-after" for k, _ in headers):
             return {**start, "headers": [*headers, self._store_retry_after()]}
         return start
+
+    @staticmethod
+    async def _prompt_counted(caller: Caller) -> int | None:
+        """The prompt tokens the ingress counted for a request left before its response started
+        (None: nothing counted)."""
+        if caller.prompt_count is None:
+            return None
+        try:
+            return await caller.prompt_count
+        except asyncio.CancelledError:
+            if caller.prompt_count.cancelled():  # the count was stopped, not this request's end
+                return None
+            raise
 
     async def _metered(self, principal: Principal, path: str, scope, receive, send) -> None:
         request_id = uuid.uuid4().hex
@@ -252,7 +266,8 @@ class GateMiddleware:
             raise
         finally:
             CALLER.reset(token)
-            usage = scanner.used()  # a stream cut off early: what it had used by then
+            # A request cut off early: what it had used by then (its prompt, counted, when nothing came).
+            usage = scanner.used(await self._prompt_counted(caller))
             if decision is not None:
                 await self.gate.limiter.finish(principal.name, principal.limits, request_id,
                                                sum(usage) if usage else 0, decision)

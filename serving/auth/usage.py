@@ -8,12 +8,16 @@ Recorded by ``serving.auth.middleware`` once a keyed request has ended, three wa
   shared Redis when ``auth.store`` is ``redis`` (every ingress replica adds to the same
   counters), kept ``auth.usage_retention_s``;
 * tokens are read from the response's ``usage``: the JSON body, or a stream's final usage chunk.
-  A stream whose client did not ask for usage (``stream_options.include_usage``) is asked for it
-  by the gateway (:func:`request_stream_usage`), with usage in every chunk, and that usage is taken
-  out again before it reaches the client (:class:`UsageScanner`), so streamed tokens are counted
-  exactly, not estimated. A stream that ends early (the client went away) is charged what it had
-  used by its last chunk: the chunks' own usage, or else one completion token per chunk that
-  carried output (a client that asked for usage itself gets it only at the end).
+  Every keyed stream is asked by the gateway for usage in every chunk and at its end
+  (:func:`request_stream_usage`), whatever the client asked, and what the client did not ask for is
+  taken out again before it reaches it (:class:`UsageScanner`): the client sees what the engine
+  would have sent it, and streamed tokens are counted exactly, not estimated. A stream that ends
+  early (the client went away) is charged what it had used by its last chunk: its prompt from the
+  first chunk on, and its completion tokens so far (one per chunk that carried output where an
+  engine sent no chunk usage). A request the client left before its response started (a JSON
+  answer, a stream before its first chunk) is charged its prompt, counted by the engine's tokenizer
+  (``serving.ingress.prompt_tokens``); the completion tokens an engine made before it stopped are
+  not reported by it, so they go uncharged.
 
 With Redis down the counters follow the limiter's back-off (``RedisLimiter.down_for_s``): writes
 are kept in this replica without a call to Redis while it is known down, and reads answer 503
@@ -185,25 +189,29 @@ def make_usage(spec: AuthSpec, limiter):
 
 
 # -- tokens from a response --------------------------------------------------------------------------
-def request_stream_usage(body) -> bool:
-    """Ask the engine for a stream's usage when the client did not: in every chunk (continuous usage
-    stats), so a stream cut off early is still charged what it used. True when asked (the usage
-    must then be taken out of the stream: :class:`UsageScanner` ``strip``)."""
+def request_stream_usage(body) -> tuple[bool, bool] | None:
+    """Ask the engine for a stream's usage in every chunk (continuous usage stats) and at its end,
+    whatever the client asked, so a stream cut off at any point is charged what it used: its prompt
+    from the first chunk, its completion tokens as they stream. Returns what the client did not ask
+    for and must not see, ``(every chunk's usage, the usage-only last chunk)`` (:class:`UsageScanner`
+    ``hide_chunks``, ``hide_final``); None for a request that is no stream (nothing changed)."""
     if not getattr(body, "stream", False):
-        return False
-    options = getattr(body, "stream_options", None)
-    if options is not None and getattr(options, "include_usage", False):
-        return False
+        return None
     from vllm.entrypoints.generate.base.protocol import StreamOptions  # the engine's own type
 
-    body.stream_options = StreamOptions(include_usage=True, continuous_usage_stats=True)
-    return True
+    asked = getattr(body, "stream_options", None)
+    final = bool(getattr(asked, "include_usage", False))
+    # The engine sends chunk usage only with both flags (vLLM's should_include_usage): so does the client see it.
+    chunks = final and bool(getattr(asked, "continuous_usage_stats", False))
+    if not chunks:
+        body.stream_options = StreamOptions(include_usage=True, continuous_usage_stats=True)
+    return not chunks, not final
 
 
 class UsageScanner:
     """Reads ``usage`` from a response's body messages as they pass, and what a stream has used so
-    far; with ``strip``, takes the usage the gateway asked for out of the bytes passed on (the
-    usage-only last chunk, and the usage of every other chunk)."""
+    far; takes the usage the gateway asked for and the client did not out of the bytes passed on
+    (``hide_chunks``: the usage of every chunk but the last; ``hide_final``: the usage-only last chunk)."""
 
     def __init__(self) -> None:
         self.usage: tuple[int, int] | None = None  # the response's own, complete usage
@@ -211,16 +219,16 @@ class UsageScanner:
         self._completion: dict[bytes, int] = {}  # choice index -> its completion tokens so far
         self._output_chunks = 0  # chunk choices that carried output: at least one token each
 
-    def feed(self, body: bytes, strip: bool) -> bytes:
+    def feed(self, body: bytes, hide_chunks: bool = False, hide_final: bool = False) -> bytes:
         if not body.startswith(b"data:"):  # a JSON body: its usage is the answer's
             if b'"usage"' in body:
                 self.usage = usage_of(body.decode("utf-8", "ignore")) or self.usage
             return body
         events = body.split(b"\n\n")
-        kept = [e for e in (self._event(e, strip) for e in events) if e is not None]
+        kept = [e for e in (self._event(e, hide_chunks, hide_final) for e in events) if e is not None]
         return body if kept == events else b"\n\n".join(kept)
 
-    def _event(self, event: bytes, strip: bool) -> bytes | None:
+    def _event(self, event: bytes, hide_chunks: bool, hide_final: bool) -> bytes | None:
         """One server-sent event, as passed on (None: taken out)."""
         if b'"usage"' not in event:
             self._output_chunks += len(_OUTPUT.findall(event))
@@ -228,25 +236,26 @@ class UsageScanner:
         usage = usage_of(event.decode("utf-8", "ignore"))
         if _USAGE_ONLY.search(event):  # the stream's last chunk: its usage is the whole stream's
             self.usage = usage or self.usage
-            return None if strip else event
+            return None if hide_final else event
         self._output_chunks += len(_OUTPUT.findall(event))
         if usage is not None:
             index = _CHOICE_INDEX.search(event)
             self._prompt = usage[0]
             self._completion[index.group(1) if index else b"0"] = usage[1]
-        return _CHUNK_USAGE.sub(b"", event, count=1) if strip else event
+        return _CHUNK_USAGE.sub(b"", event, count=1) if hide_chunks else event
 
-    def used(self) -> tuple[int, int] | None:
+    def used(self, prompt_tokens: int | None = None) -> tuple[int, int] | None:
         """(prompt, completion) tokens the response used: its own usage once it has ended; for a
-        stream cut off before that, what its chunks said, else one completion token per chunk
-        that carried output (the prompt's tokens are not known then); None when nothing was used."""
+        stream cut off before that, what its chunks said, else one completion token per chunk that
+        carried output; for a request left before any of that, ``prompt_tokens`` (the prompt counted
+        by the engine's tokenizer, when known) and no completion; None when nothing was used."""
         if self.usage is not None:
             return self.usage
         if self._completion:
             return self._prompt, sum(self._completion.values())
         if self._output_chunks:
-            return 0, self._output_chunks
-        return None
+            return prompt_tokens or 0, self._output_chunks
+        return (prompt_tokens, 0) if prompt_tokens else None
 
 
 __all__ = ["COUNTERS", "NO_MODEL", "LocalUsage", "RedisUsage", "UsageScanner", "increments", "make_usage", "usage_of",

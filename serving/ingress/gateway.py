@@ -11,6 +11,9 @@
   :class:`~serving.ingress.middleware.GatewayMiddleware`, the body size limit and request metrics;
 * API keys (``serving.auth``'s gate, inside that middleware: key, limits, usage): a model outside
   the caller's scope is OpenAI's 404 before anything is looked up, and absent from ``/v1/models``;
+  a keyed stream asks the engine for its usage in every chunk (the client sees only what it asked
+  for), and a keyed request whose client left before its response started has its prompt counted
+  by the engine's tokenizer (``serving.ingress.prompt_tokens``), so the gate charges what each used;
 * ``/v1/models`` from the store (paginated over what the caller may see, ``?after=&limit=``,
   ``agent_profile`` on bases), ``/health``, ``/ready`` (its details for admin keys), and the
   management routes of ``serving.ingress.management``;
@@ -64,6 +67,7 @@ from serving.errors import (
 from serving.ingress import server_timing
 from serving.ingress.adapter_metrics import RESOLVED_MODEL, with_adapter_metrics
 from serving.ingress.management import router as admin_router
+from serving.ingress.prompt_tokens import count_prompt_tokens
 from serving.ingress.middleware import (
     GatewayMiddleware,
     cause_of,
@@ -79,6 +83,7 @@ from serving.metrics import metric
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 5.0
+TOKEN_METHODS = ("chat", "completions")  # the engine calls whose tokens the gate charges
 
 
 # -- errors -------------------------------------------------------------------------------------
@@ -217,14 +222,21 @@ class GatewayIngress(OpenAiIngress):
         server_timing.enter("resolve")
         body.model = await self._resolve_model(body.model, key)
         server_timing.enter("gateway")
-        if current() is not None and request_stream_usage(body):  # a keyed stream's tokens are counted
-            CALLER.get().strip_usage = True
+        # A keyed request's tokens are charged to its key (the gate): a stream's usage is asked for.
+        caller = CALLER.get() if call_method in TOKEN_METHODS else None
+        hidden = request_stream_usage(body) if caller is not None else None
+        if hidden is not None:
+            caller.hide_chunk_usage, caller.hide_final_usage = hidden
         RESOLVED_MODEL.set(body.model)
         try:
             return await super()._process_llm_request(body, call_method, raw_request=raw_request)
         except (ServingError, HTTPException, OpenAIHTTPException, RequestValidationError,
                 asyncio.CancelledError) as exc:
             server_timing.unstamp_error(exc)  # the replica's parts, when it failed there (in-process)
+            if isinstance(exc, asyncio.CancelledError) and caller is not None:
+                # The client left before the response started: the engine aborts and reports no usage.
+                handle = self._get_configured_serve_handle(ModelId.parse(body.model).base)
+                caller.prompt_count = asyncio.ensure_future(count_prompt_tokens(handle, body))
             raise
         except Exception as exc:
             cause = cause_of(exc)

@@ -45,7 +45,8 @@ def stand_in_routes(app) -> None:
     @app.post("/v1/completions")
     async def stream(request: Request):
         endless = request.headers.get("x-stand-in")  # a stream that goes on until the client leaves
-        CALLER.get().strip_usage = endless != "endless-plain"  # the ingress asked for its usage
+        caller = CALLER.get()  # as the ingress sets them: "endless-plain" is a client that asked for usage
+        caller.hide_chunk_usage, caller.hide_final_usage = True, endless != "endless-plain"
         if endless:
             return StreamingResponse(endless_chunks(usage_per_chunk=endless == "endless"),
                                      media_type="text/event-stream")
@@ -86,9 +87,9 @@ def gateway(s3_server, monkeypatch):
     return gateway_app(s3_server, monkeypatch)
 
 
-def gateway_app(s3_server, monkeypatch, **auth):
-    """A client factory for the gateway's app (``.app``) with the stand-in engine routes; ``auth``
-    adds to its AuthSpec (the keys are KEYS, from TEST_GATE_KEYS)."""
+def gateway_app(s3_server, monkeypatch, routes=stand_in_routes, **auth):
+    """A client factory for the gateway's app (``.app``) with the stand-in engine routes (or what
+    ``routes(app)`` adds); ``auth`` adds to its AuthSpec (the keys are KEYS, from TEST_GATE_KEYS)."""
     monkeypatch.setenv("TEST_GATE_KEYS", yaml.safe_dump(KEYS))
     data = ServingConfig.shipped("embedded").model_dump(mode="json")
     data["adapters"] = {"prefix": f"s3://gate-{uuid.uuid4().hex[:8]}/lora", "endpoint_url": s3_server.url}
@@ -100,7 +101,7 @@ def gateway_app(s3_server, monkeypatch, **auth):
 
     AdapterStore(cfg.adapters).ensure_bucket()
     app = create_app(cfg)
-    stand_in_routes(app)
+    routes(app)
     transport = httpx.ASGITransport(app=app)
 
     def client(key: str | None) -> httpx.AsyncClient:
@@ -297,19 +298,21 @@ async def test_episodes_hold_a_slot_for_their_life_and_their_calls_run_within_it
         assert (await again).status_code == 200
 
 
-def stream_scope(key: str, stand_in: str) -> dict:
+def stream_scope(key: str, stand_in: str, path: str = "/v1/completions") -> dict:
     headers = [(b"authorization", f"Bearer {key}".encode()), (b"content-type", b"application/json"),
                (b"host", b"gateway"), (b"x-stand-in", stand_in.encode())]
     return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-            "path": "/v1/completions", "raw_path": b"/v1/completions", "root_path": "", "query_string": b"",
+            "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
             "headers": headers, "client": ("127.0.0.1", 5000), "server": ("gateway", 80)}
 
 
-async def cut_stream(app, stand_in: str, how: str, after: int) -> list[bytes]:
-    """Read ``after`` chunks of an endless stream, then leave: the server cancels the request (as
-    Ray Serve does when the client disconnects), the client's disconnect arrives (uvicorn), or the
-    next chunk cannot be sent. The chunks the client got."""
-    body = json.dumps({"model": "maze-tiny", "prompt": "x", "stream": True}).encode()
+async def cut_stream(app, stand_in: str, how: str, after: int, path: str = "/v1/completions",
+                     request: dict | None = None) -> list[bytes]:
+    """Read ``after`` chunks of an endless stream (``request`` to ``path``: a completion stream by
+    default), then leave: the server cancels the request (as Ray Serve does when the client
+    disconnects), the client's disconnect arrives (uvicorn), or the next chunk cannot be sent. The
+    chunks the client got."""
+    body = json.dumps(request or {"model": "maze-tiny", "prompt": "x", "stream": True}).encode()
     requested, gone, chunks = [False], asyncio.Event(), []
 
     async def receive():
@@ -327,7 +330,7 @@ async def cut_stream(app, stand_in: str, how: str, after: int) -> list[bytes]:
             if len(chunks) == after:
                 gone.set()
 
-    task = asyncio.create_task(app(stream_scope(LIMITED, stand_in), receive, send))
+    task = asyncio.create_task(app(stream_scope(LIMITED, stand_in, path), receive, send))
     await asyncio.wait([task, asyncio.create_task(gone.wait())], timeout=10, return_when=asyncio.FIRST_COMPLETED)
     assert gone.is_set(), (task, chunks)
     if how == "cancelled":

@@ -1,7 +1,8 @@
 """Limits that hold on the real embedded gateway (the `stack` fixture, the tenants' key file of
 tests/support/gateway_stack.py re-read every `auth.reload_s`): a key of two concurrent slots that
 opens more server-side episodes than that gets 429s for the rest while its episodes play to their
-end, and a stream the client closes before its end is charged the tokens it used (`/v1/usage`)."""
+end, and a stream the client closes before its end (with or without `include_usage`) and a JSON
+request it stops waiting for are charged the tokens they used (`/v1/usage`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.slow
 SLOTS_KEY = "sk-two-slots-test-0001"
 SLOTS = {"name": "two-slots", "role": "inference", "models": ["maze-tiny", "maze-tiny:maze-grpo"],
          "secrets": [SLOTS_KEY], "limits": {"concurrent": 2}}
+TEXT = [{"role": "user", "content": "You are in a maze. Move?"}]
 REFUSED = "Rate limit reached for key 'two-slots' on concurrent requests: limit 2. Please try again in 1s."
 
 
@@ -80,6 +82,24 @@ def usage_totals(stack) -> dict[str, int]:
     return {c: sum(r[c] for r in rows) for c in ("requests", "prompt_tokens", "completion_tokens")}
 
 
+def charged_since(stack, before: dict[str, int], within_s: float = 30) -> dict[str, int]:
+    """The tokens charged to the key since ``before``, once its next request is recorded (when the
+    replica sees it end)."""
+    deadline = time.monotonic() + within_s
+    while (after := usage_totals(stack))["requests"] == before["requests"]:
+        assert time.monotonic() < deadline, (before, after)
+        time.sleep(0.5)
+    return {c: after[c] - before[c] for c in ("prompt_tokens", "completion_tokens")}
+
+
+def answered_prompt_tokens(stack) -> int:
+    """The prompt tokens the engine reports for TEXT in an answer."""
+    with http(stack) as h:
+        resp = h.post("/v1/chat/completions", json={"model": stack.base, "messages": TEXT, "max_tokens": 1})
+    assert resp.status_code == 200, resp.text
+    return resp.json()["usage"]["prompt_tokens"]
+
+
 def test_a_stream_closed_early_is_charged(stack, two_slots):
     before = usage_totals(stack)
     body = {"model": stack.base, "messages": image_messages(), "max_tokens": 400, "ignore_eos": True,
@@ -92,12 +112,40 @@ def test_a_stream_closed_early_is_charged(stack, two_slots):
                 got.append(line)
                 break  # the client has what it needs and leaves
     assert got and '"usage"' not in got[0]  # the usage the gateway asked for stays hidden
-    deadline = time.monotonic() + 30
-    while (after := usage_totals(stack))["requests"] == before["requests"]:  # recorded once the replica sees it end
-        assert time.monotonic() < deadline, (before, after)
-        time.sleep(0.5)
-    charged = {c: after[c] - before[c] for c in ("prompt_tokens", "completion_tokens")}
+    charged = charged_since(stack, before)
     print("charged for the stream closed early:", charged)
     # Charged, never free: the tokens the gateway sent before it saw the client go (all 400 when the small
     # engine finished the stream before the disconnect reached the replica, which the timing decides).
     assert charged["prompt_tokens"] > 0 and 1 <= charged["completion_tokens"] <= 400, charged
+
+
+def test_a_stream_asking_for_usage_closed_after_its_first_chunk_is_charged_its_prompt(stack, two_slots):
+    """The client asked for usage at the end (``include_usage``) and left after the first chunk: the
+    gateway asked the engine for usage in every chunk all the same, so the prompt is charged, while
+    the client saw no chunk usage (it did not ask for it)."""
+    prompt = answered_prompt_tokens(stack)
+    before = usage_totals(stack)
+    body = {"model": stack.base, "messages": TEXT, "max_tokens": 400, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    with http(stack) as h, h.stream("POST", "/v1/chat/completions", json=body) as resp:
+        assert resp.status_code == 200
+        first = next(line for line in resp.iter_lines() if line.startswith("data: {"))
+    assert '"usage"' not in first, first
+    charged = charged_since(stack, before)
+    print("charged for the include_usage stream closed after its first chunk:", charged, "prompt:", prompt)
+    assert charged["prompt_tokens"] == prompt and 0 <= charged["completion_tokens"] <= 400, charged
+
+
+def test_a_json_request_left_before_its_answer_is_charged_its_prompt(stack, two_slots):
+    """The client stops waiting for a long JSON answer: the request is charged its prompt, counted by
+    the engine's tokenizer when Serve cancels it (no completion tokens are reported then), or read
+    from the answer when the engine finishes it regardless (prompt and completion)."""
+    prompt = answered_prompt_tokens(stack)
+    before = usage_totals(stack)
+    body = {"model": stack.base, "messages": TEXT, "max_tokens": 2000, "ignore_eos": True}
+    with httpx.Client(base_url=stack.root, headers={"Authorization": f"Bearer {SLOTS_KEY}"},
+                      timeout=httpx.Timeout(60, read=1.0)) as h, pytest.raises(httpx.ReadTimeout):
+        h.post("/v1/chat/completions", json=body)
+    charged = charged_since(stack, before, within_s=180)  # an engine that finishes it: 2000 tokens on CPU
+    print("charged for the JSON request left before its answer:", charged, "prompt:", prompt)
+    assert charged["prompt_tokens"] == prompt and 0 <= charged["completion_tokens"] <= 2000, charged
