@@ -191,7 +191,8 @@ def _profile_of(models: list[dict[str, Any]], base: str) -> AgentProfile:
     return DEFAULT_PROFILE
 
 
-async def _resolve_endpoint(cfg: EvalConfig) -> str:
+async def resolve_endpoint(cfg: EvalConfig) -> str:
+    """``cfg.endpoint``, or the embedded gateway's URL (started if it is not up)."""
     if cfg.endpoint:
         return cfg.endpoint
     try:
@@ -210,7 +211,7 @@ async def _resolve_endpoint(cfg: EvalConfig) -> str:
 
 
 async def _new_manifest(cfg: EvalConfig) -> RunManifest:
-    endpoint = await _resolve_endpoint(cfg)
+    endpoint = await resolve_endpoint(cfg)
     async with endpoint_client(cfg.api_key, cfg.timeout_s) as client:
         models = await list_models(endpoint, client=client)
         ids = [m.get("id") for m in models]

@@ -82,6 +82,9 @@ class Comparison(BaseModel):
     model_a: str = Field("", description="what run A was served: base:adapter@version when the run was pinned")
     model_b: str = Field("", description="what run B was served: base:adapter@version when the run was pinned")
     alpha: float = Field(SIGNIFICANCE, description="significance level of the verdict")
+    gates: list[dict[str, Any]] = Field(
+        default_factory=list, description="offline gate decisions made from these two runs (maze-eval gate): "
+                                          "verdict, promoted, and the gate's evidence")
 
     @property
     def verdict(self) -> str:
@@ -112,4 +115,6 @@ def compare(store: Store, run_a: str, run_b: str) -> Comparison:
         run_a=run_a, run_b=run_b, paired=n, both=both, only_a=only_a, only_b=only_b, neither=n - both - only_a - only_b,
         solve_rate_a=(both + only_a) / n if n else 0.0, solve_rate_b=(both + only_b) / n if n else 0.0,
         p_value=mcnemar_exact(only_a, only_b), model_a=models[0], model_b=models[1],
+        gates=[row["evidence"] for row in store.gate_decisions(run_a, run_b)
+               if {row["run_id"], row["against_run_id"]} == {run_a, run_b}],
     )

@@ -4,7 +4,8 @@ own pass@1 at the same steps.
 The trainer scores its policy in-process, with its own prompts and sampling; what users get is the
 adapter published to the store and answered by the gateway. ``maze-train watch`` publishes every
 exported step as a new adapter version, scores that version here (pinned, so a later publish or
-promote cannot change what a run measured) and calls :func:`record_served_step`;
+promote cannot change what a run measured) and calls :func:`record_served_step`; with ``--gate``
+each point also shows the offline gate's decision on its version (:func:`gate_label`);
 :func:`served_curves` reads the curves back for ``maze-eval leaderboard --curves`` and
 ``maze-eval report --curve``.
 """
@@ -41,6 +42,8 @@ class ServedPoint(BaseModel):
     gap: float | None = Field(description="served minus trainer pass@1; None without a trainer value")
     version: str = Field(description="the adapter version the step was published as")
     run_id: str = Field(description="the evaluation run that scored it")
+    gate: str | None = Field(None, description="the offline gate's decision on the version (maze-train watch --gate): "
+                                               "promoted, worse, undecided, or 'better, not promoted'; None: not gated")
 
 
 class ServedCurve(BaseModel):
@@ -104,13 +107,25 @@ def served_curves(store: Store, source: str | None = None, env_id: str | None = 
             t = trainer.get(row["step"])
             points.append(ServedPoint(step=row["step"], trainer_pass_at_1=t, served=s.solve_rate, ci_low=s.ci_low,
                                       ci_high=s.ci_high, n=s.n, gap=None if t is None else s.solve_rate - t,
-                                      version=row["version"], run_id=row["run_id"]))
+                                      version=row["version"], run_id=row["run_id"],
+                                      gate=gate_label(store, row["adapter"], row["version"])))
         if not points:
             continue
         top = max(p.served for p in points)
         curves.append(ServedCurve(source=src, base=rows[-1]["base"], adapter=rows[-1]["adapter"], env_id=env or "?",
                                   points=points, best_step=next(p.step for p in points if p.served == top)))
     return curves
+
+
+def gate_label(store: Store, adapter: str, version: str) -> str | None:
+    """The latest offline gate decision on ``adapter@version`` in a word or two (None: never gated)."""
+    decisions = store.gate_decisions(adapter=adapter, version=version)
+    if not decisions:
+        return None
+    last = decisions[-1]
+    if last["promoted"]:
+        return "promoted"
+    return "better, not promoted" if last["verdict"] == "better" else last["verdict"]
 
 
 def served_step_of_run(store: Store, run_id: str) -> dict | None:

@@ -1,4 +1,4 @@
-"""Results store: runs, episodes and training-curve points in any SQLAlchemy database.
+"""Results store: runs, episodes, training-curve points and gate decisions in any SQLAlchemy database.
 
 SQLite (one file) is the default; PostgreSQL works through ``postgresql+psycopg://...``. Every
 episode is committed on its own as it finishes, and ``(run_id, seed, sample)`` is unique, so a run
@@ -115,6 +115,24 @@ served_steps = Table(
     Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
     Column("recorded_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("source", "step", name="uq_served_step"),
+)
+
+# The offline gate's decisions (evaluation.gate): which two runs a decision on a candidate version was
+# made from, and its evidence, so `maze-eval compare` of those runs shows it. The adapter store's
+# history holds the same record next to the alias it decided on.
+gate_decisions = Table(
+    "gate_decisions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("adapter", String(256), nullable=False),
+    Column("version", String(64), nullable=False),  # the candidate
+    Column("against", String(64), nullable=False),  # the version the name served
+    Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),  # candidate's
+    Column("against_run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
+    Column("verdict", String(16), nullable=False),  # better | worse | undecided
+    Column("promoted", Boolean, nullable=False),
+    Column("evidence", JSON, nullable=False),  # the GateResult as JSON
+    Column("decided_at", DateTime(timezone=True), nullable=False),
 )
 
 
@@ -274,6 +292,41 @@ class Store:
             q = q.where(served_steps.c.source == source)
         if step is not None:
             q = q.where(served_steps.c.step == step)
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(q).mappings()]
+
+    def extend_seeds(self, run_id: str, seeds: list[int]) -> None:
+        """Grow run ``run_id``'s maze set to ``seeds`` (which must start with the seeds it has): a
+        resume then plays the new ones. The offline gate grows its runs look by look, so each look's
+        run is complete on the seeds played so far."""
+        with self.engine.begin() as conn:
+            manifest = conn.execute(select(runs.c.manifest).where(runs.c.run_id == run_id)).scalar_one_or_none()
+            if manifest is None:
+                raise KeyError(run_id)
+            if list(seeds[: len(manifest["seeds"])]) != list(manifest["seeds"]):
+                raise ValueError(f"run {run_id}: seeds {seeds} do not extend its seeds {manifest['seeds']}")
+            conn.execute(update(runs).where(runs.c.run_id == run_id).values(manifest={**manifest, "seeds": list(seeds)}))
+
+    # -- gate decisions -------------------------------------------------------------------
+    def add_gate_decision(self, *, adapter: str, version: str, against: str, run_id: str, against_run_id: str,
+                          verdict: str, promoted: bool, evidence: dict[str, Any]) -> None:
+        """Record an offline gate's decision on ``adapter@version`` made from two runs of this store."""
+        with self.engine.begin() as conn:
+            conn.execute(gate_decisions.insert().values(
+                adapter=adapter, version=version, against=against, run_id=run_id, against_run_id=against_run_id,
+                verdict=verdict, promoted=promoted, evidence=evidence, decided_at=_now()))
+
+    def gate_decisions(self, *run_ids: str, adapter: str | None = None, version: str | None = None,
+                       ) -> list[dict[str, Any]]:
+        """Gate decisions made from any of ``run_ids`` (all without), on ``adapter`` and candidate
+        ``version`` when given, oldest first."""
+        q = select(gate_decisions).order_by(gate_decisions.c.id)
+        if run_ids:
+            q = q.where(gate_decisions.c.run_id.in_(run_ids) | gate_decisions.c.against_run_id.in_(run_ids))
+        if adapter is not None:
+            q = q.where(gate_decisions.c.adapter == adapter)
+        if version is not None:
+            q = q.where(gate_decisions.c.version == version)
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
 

@@ -130,6 +130,13 @@ class ParityNotCompared(ParityNotPassed):
     code = "adapter_parity_not_compared"
 
 
+class ParityNotMeasured(ParityNotPassed):
+    """The version has no parity record, and the move needs one that passed: the offline gate never
+    promotes a version whose served output was not checked against what it was trained as."""
+
+    code = "adapter_parity_not_measured"
+
+
 class RequestTooLarge(ServingError):
     status_code, error_type, code = 413, "invalid_request_error", "request_too_large"
 

@@ -24,7 +24,7 @@ class Published:
 
 
 def publish(export_path: str, step: int, name: str, *, serving_config: str | None = None,
-            base: str | None = None, force: bool = False) -> Published:
+            base: str | None = None, force: bool = False, candidate: bool = False) -> Published:
     """Push step ``step`` under ``export_path`` (local or s3://) to the serving config's adapter store.
 
     Args:
@@ -34,6 +34,8 @@ def publish(export_path: str, step: int, name: str, *, serving_config: str | Non
         serving_config: a shipped serving config name or a YAML path (default: the embedded one).
         base: the base model id (default: the serving config's first).
         force: replace an existing adapter of that name.
+        candidate: publish the version without serving it, as a candidate for the offline gate (the name
+            must be published already).
 
     Returns:
         The published adapter's base, name and version.
@@ -55,7 +57,7 @@ def publish(export_path: str, step: int, name: str, *, serving_config: str | Non
     try:
         export_s3_env(cfg)
         ref = AdapterStore(cfg.adapters).push(folder, name, base=spec.id, base_source=spec.source,
-                                              max_rank=cfg.lora.max_rank, force=force,
+                                              max_rank=cfg.lora.max_rank, force=force, candidate=candidate,
                                               vision_tower=cfg.lora.vision_tower)
     finally:  # the fetched copy (a download for an S3 export) is only needed for the push
         shutil.rmtree(folder, ignore_errors=True)

@@ -3,18 +3,24 @@
 For every step a training run exports, the watcher
 
 1. publishes it as a new immutable version of adapter ``NAME`` (:func:`training.publishing.publish`;
-   the alias moves to the newest step, ``maze-serve adapters promote`` picks another),
+   the alias moves to the newest step, ``maze-serve adapters promote`` picks another; with ``gate``
+   the version is published as a candidate and the alias does not move),
 2. scores that version through a gateway with ``maze-eval``'s library, pinned to ``NAME@VERSION``
    so a later publish or promote cannot change what the run measures,
 3. records the point on the run's served curve next to the trainer's own pass@1
-   (:func:`evaluation.served.record_served_step`).
+   (:func:`evaluation.served.record_served_step`),
+4. with ``gate``, puts the version through the offline gate (:mod:`evaluation.gate`) against the
+   version the name serves: the alias moves only when the step plays better, and the decision is
+   marked on the served curve.
 
 It is restart-safe (``kill -9`` included) and never repeats work. What is done lives where it
 happened: the ledger (a small JSON file, replaced atomically) maps each published step to its
 version; the results store holds the scoring run (found again by its name, every episode
 committed as it finishes) and, written last, the step's link to it. So a restarted watcher skips
 linked steps, resumes a half-played run where it stopped, scores a published but unscored step
-without publishing it again, and records a scored but unlinked step without playing it again.
+without publishing it again, and records a scored but unlinked step without playing it again. A
+step's gate decision is in the results store too: a restarted watcher gates only the steps without
+one (a gate killed mid-way is played again from its start).
 
 Training imports evaluation here and in the curve commands (``sync``, ``logs --follow``);
 evaluation never imports training, so the graph stays one way.
@@ -71,6 +77,11 @@ class WatchConfig(ConfigModel):
                                            "trained (serving.parity) and keep the result with the version; a "
                                            "step whose parity failed is not scored (one not compared with a "
                                            "reference is, and the watch says so)")
+    gate: bool = Field(False, description="publish each step as a candidate (the alias stays) and, once scored, put it "
+                                          "through the offline gate against the version the name serves "
+                                          "(evaluation.gate, the store's adapters.gate policy): the alias moves only "
+                                          "when the step plays better; the first step of a new name is served as "
+                                          "published. The gate needs the step's parity passed (`parity` on)")
 
     @property
     def ledger_path(self) -> Path:
@@ -158,6 +169,7 @@ class StepOutcome:
     served: float | None = None
     n: int = 0
     complete: bool = True
+    gate: str | None = None  # the gate's decision (evaluation.served.gate_label) with `gate` on
 
 
 @dataclass
@@ -221,6 +233,13 @@ class Watcher:
             store.close()
 
     async def bring_up_to_date(self, store, step: ExportStep) -> StepOutcome:
+        """Publish, check, score and record ``step`` as far as it still needs; with ``gate``, then gate it."""
+        outcome = await self._scored(store, step)
+        if self.cfg.gate and outcome.complete and outcome.version:
+            outcome = await self._gate(store, outcome)
+        return outcome
+
+    async def _scored(self, store, step: ExportStep) -> StepOutcome:
         from evaluation.served import TRAINER_METRIC
 
         linked = next(iter(await asyncio.to_thread(store.list_served_steps, self.cfg.source, step.step)), None)
@@ -266,13 +285,63 @@ class Watcher:
 
     async def _publish(self, step: int) -> str:
         await self.endpoint()  # the embedded stack's S3 must be up before anything is pushed to it
+        # Gated, a step is a candidate; the first step of a name not published yet is served as published.
+        candidate = self.cfg.gate and await asyncio.to_thread(self._name_published)
         done = await asyncio.to_thread(publish, self.cfg.export_path, step, self.cfg.adapter,
-                                       serving_config=self.cfg.serving_config, base=self.cfg.base, force=True)
+                                       serving_config=self.cfg.serving_config, base=self.cfg.base,
+                                       force=not candidate, candidate=candidate)
         self.ledger.record(step, done.version)
         from serving.adapters import ModelId
 
-        self.say(f"step {step}: published {ModelId(done.base, done.name, done.version)}")
+        self.say(f"step {step}: published {ModelId(done.base, done.name, done.version)}"
+                 + (" as a candidate for the gate" if candidate else ""))
         return done.version
+
+    def _adapter_store(self):
+        """The serving config's adapter store (its S3 client environment set)."""
+        from serving.adapters import AdapterStore, export_s3_env
+        from serving.config import load_config
+
+        cfg = load_config(self.cfg.serving_config)
+        export_s3_env(cfg)
+        return AdapterStore(cfg.adapters)
+
+    def _name_published(self) -> bool:
+        return self.cfg.adapter in self._adapter_store().list_names()
+
+    async def _gate(self, store, outcome: StepOutcome) -> StepOutcome:
+        """The offline gate on the step's version against the version the name serves, once: a decision
+        already in the results store is read back; a version that has served the name (the first step
+        of a new name, one promoted by hand) needs none."""
+        from evaluation.gate import GateIncomplete, StoreAliases, gate_async
+        from evaluation.served import gate_label
+        from serving.adapters import STABLE_MOVES, ModelId
+        from serving.errors import ParityNotPassed
+
+        step, version = outcome.step, outcome.version
+        outcome.gate = await asyncio.to_thread(gate_label, store, self.cfg.adapter, version)
+        adapters = await asyncio.to_thread(self._adapter_store)
+        history = await asyncio.to_thread(adapters.history, self.cfg.adapter)
+        if outcome.gate is not None or any(m.version == version and m.action in STABLE_MOVES for m in history):
+            return outcome
+        cfg = self._eval.model_copy(update={"endpoint": await self.endpoint()})
+        try:
+            target = str(ModelId(None, self.cfg.adapter, version))
+            result = await gate_async(cfg, target, aliases=StoreAliases(adapters))
+        except ParityNotPassed as exc:  # never measured (--no-parity), not compared, or failed: never promoted
+            self.say(f"step {step}: not gated: {exc}")
+            outcome.gate = "refused"
+            return outcome
+        except GateIncomplete as exc:
+            self.say(f"step {step}: gate incomplete ({exc}); the next pass gates it again")
+            outcome.complete = False
+            return outcome
+        outcome.gate = await asyncio.to_thread(gate_label, store, self.cfg.adapter, version)
+        left = f"{self.cfg.adapter} stays on {result.against}" + (f" ({result.reason})" if result.reason else "")
+        self.say(f"step {step}: gate {result.verdict} against {result.against}: {result.wins} wins, {result.losses} "
+                 f"losses on {result.seeds} seeds (one-sided p {result.p_value:.3g}); "
+                 + (f"promoted: {self.cfg.adapter} -> {version}" if result.promoted else left))
+        return outcome
 
     async def _parity_ok(self, step: int, version: str) -> bool:
         """Served parity of the step's version, measured once (kept in the adapter store) before it is scored.
@@ -282,13 +351,12 @@ class Watcher:
         served, whatever the store's gate on moves decides."""
         if not self.cfg.parity:
             return True
-        from serving.adapters import AdapterStore, export_s3_env, parity_label
+        from serving.adapters import parity_label
         from serving.config import load_config
         from serving.parity import Gateway, check_served
 
         cfg = load_config(self.cfg.serving_config)
-        export_s3_env(cfg)
-        record = (await asyncio.to_thread(AdapterStore(cfg.adapters).parity, self.cfg.adapter)).get(version)
+        record = (await asyncio.to_thread(self._adapter_store().parity, self.cfg.adapter)).get(version)
         if record is None:
             gateway = Gateway(await self.endpoint(), None if self.cfg.api_key == "EMPTY" else self.cfg.api_key)
             _, record = await asyncio.to_thread(check_served, cfg, gateway, self.cfg.adapter, version,

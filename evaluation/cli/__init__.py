@@ -2,8 +2,9 @@
 
 Without a subcommand the root command runs an evaluation (:mod:`~evaluation.cli.run`: progress bar,
 summary); one module per subcommand: :mod:`~evaluation.cli.leaderboard` (leaderboard and served
-curves), :mod:`~evaluation.cli.compare` (two runs paired on seeds) and :mod:`~evaluation.cli.report`
-(HTML reports). Exit codes (stable; agent.cli.boundary's table): 0 done, 1 run incomplete (errored episodes
+curves), :mod:`~evaluation.cli.compare` (two runs paired on seeds), :mod:`~evaluation.cli.report`
+(HTML reports) and :mod:`~evaluation.cli.gate` (the offline gate; its exit codes there). Exit codes
+(stable; agent.cli.boundary's table): 0 done, 1 run incomplete (errored episodes
 remain; ``--resume`` retries them) or an unexpected error, 2 bad input (options, unknown run,
 results database path or URL, no permission), 3 endpoint, model or results database unavailable
 (the embedded gateway could not start, e.g. its port is taken), 130 interrupted. Every failure is one line on stderr (with
@@ -15,7 +16,7 @@ from __future__ import annotations
 import click
 
 from agent.cli import boundary_group
-from evaluation.cli import compare, leaderboard, report, run
+from evaluation.cli import compare, gate, leaderboard, report, run
 from evaluation.errors import database_failure
 
 
@@ -47,7 +48,7 @@ def main(ctx: click.Context, as_json: bool, resume: str | None, verbose: bool, *
         run.run_evaluation(opts, resume, as_json=as_json, verbose=verbose)
 
 
-for _group in (leaderboard, compare, report):
+for _group in (leaderboard, compare, report, gate):
     for _command in _group.COMMANDS:
         main.add_command(_command)
 

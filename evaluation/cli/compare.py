@@ -11,6 +11,7 @@ from agent.cli import json_option
 from evaluation.cli.common import open_store
 from evaluation.errors import UnknownRun
 from evaluation.leaderboard import compare
+from serving.adapters import ModelId
 
 
 @click.command("compare")
@@ -19,7 +20,8 @@ from evaluation.leaderboard import compare
 @json_option()
 @click.pass_obj
 def compare_cmd(obj: dict, run_a: str, run_b: str, as_json: bool) -> None:
-    """Pair RUN_A and RUN_B on seeds: both / only A / only B / neither, exact McNemar p."""
+    """Pair RUN_A and RUN_B on seeds: both / only A / only B / neither, exact McNemar p; and, when the
+    two are an offline gate's runs (`maze-eval gate`), the gate's decision and its evidence."""
     try:
         c = compare(open_store(obj), run_a, run_b)
     except KeyError as exc:
@@ -34,6 +36,12 @@ def compare_cmd(obj: dict, run_a: str, run_b: str, as_json: bool) -> None:
     out.print(f"A {c.solve_rate_a:.1%} vs B {c.solve_rate_b:.1%}; exact McNemar p = {c.p_value:.3g}")
     better = {"a_better": f"A ({c.model_a}) is better", "b_better": f"B ({c.model_b}) is better"}
     out.print(f"verdict: {better.get(c.verdict, 'no significant difference')} at p < {c.alpha:g}", highlight=False)
+    for g in c.gates:  # the offline gate's own test, where these two runs were a gate's
+        done = "promoted" if g["promoted"] else f"left {g['name']} on {g['against']}" + (
+            f" ({g['reason']})" if g.get("reason") else "")
+        out.print(f"gate {ModelId(None, g['name'], g['version'])} vs {g['against']}: {g['verdict']} with {g['wins']} wins, "
+                  f"{g['losses']} losses on {g['seeds']} seeds (one-sided p {g['p_value']:.3g}, alpha {g['alpha']:g} "
+                  f"over the looks); {done}", highlight=False)
 
 
 COMMANDS = [compare_cmd]

@@ -81,16 +81,19 @@ def leaderboard_table(rows: list, points: list[dict], *, wide: bool = False) -> 
 
 def served_table(curve) -> Table:
     """A served curve (:class:`evaluation.served.ServedCurve`) as a table within 80 columns; the
-    best step is starred."""
+    best step is starred, and where the watcher gated the steps each one's decision is shown."""
     table = Table(title=f"served curve of {curve.source}: {ModelId(curve.base, curve.adapter)} on {curve.env_id}",
                   pad_edge=False, collapse_padding=True)
-    for col in ("step", "trainer", "served", "95% CI", "gap", "n", "version"):
-        table.add_column(col, overflow="fold", no_wrap=col != "step", justify="right" if col != "version" else "left")
+    gated = any(p.gate for p in curve.points)  # a watch with --gate: each step's decision beside it
+    for col in ("step", "trainer", "served", "95% CI", "gap", "n", "version", *(("gate",) if gated else ())):
+        table.add_column(col, overflow="fold", no_wrap=col != "step",
+                         justify="right" if col not in ("version", "gate") else "left")
     for p in curve.points:
         star = "*" if p.step == curve.best_step else ""
         gap = "-" if p.gap is None else f"{p.gap * 100:+.1f}"
+        gate = (p.gate or "-",) if gated else ()
         table.add_row(f"{star}{p.step}", pct(p.trainer_pass_at_1), pct(p.served), f"{p.ci_low:.0%}-{p.ci_high:.0%}",
-                      gap, str(p.n), p.version, style="bold" if star else None)
+                      gap, str(p.n), p.version, *gate, style="bold" if star else None)
     return table
 
 

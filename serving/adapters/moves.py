@@ -15,14 +15,18 @@ history still holds.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import replace
 from typing import Any
 
 from serving.adapters.canary import Canary, canary_of, check_weight
+from serving.adapters.gating import GateEvidence, check_candidate, gate_evidence
 from serving.adapters.layout import Refs, Versions
 from serving.adapters.parity import ParityRecord, kept_parity, parity_gate, parity_label, parity_of, passes
 from serving.adapters.refs import (
+    CANDIDATE,
+    GATE,
     STABLE_MOVES,
     AdapterRef,
     AliasMove,
@@ -47,7 +51,8 @@ class AliasMoves:
         self.refs, self.versions, self.reference_free = refs, versions, reference_free
 
     def history(self, name: str) -> list[AliasMove]:
-        """The alias's moves, newest first (the first is the version served now).
+        """The alias's moves and gate decisions, newest first (the first push, promote or rollback is the
+        version served now).
 
         Raises:
             BadAdapterName, AdapterNotFound (404), AdapterStoreUnavailable (503).
@@ -156,6 +161,91 @@ class AliasMoves:
         ref = ref_of(name, self.refs.update(name, change))
         log.info("adapter %s: canary aborted, version %s serves everything", name, ref.version)
         return ref
+
+    def propose(self, name: str, version: str, *, base: str | None, rank: int | None) -> AdapterRef:
+        """Record ``version`` (uploaded) as a candidate of ``name`` for the offline gate: a ``candidate``
+        history entry, the alias unchanged; nothing is written when the history holds the version
+        already. It starts nothing serving, so no parity gate applies; its parity can then be recorded.
+
+        Raises:
+            BadAdapterName (400), AdapterNotFound (404: the name is not published), AdapterRefConflict
+            (409), AdapterStoreUnavailable (503).
+        """
+        def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+            self._published(name)(doc)
+            if any(m["version"] == version for m in history_of(doc)):
+                return None
+            move = AliasMove(version=version, at=now(), action=CANDIDATE, base=base, rank=rank)
+            return {**doc, "history": with_move(doc, move)}
+
+        ref = ref_of(name, self.refs.update(name, change))
+        log.info("adapter %s: version %s pushed as a candidate (%s serves)", name, version, ref.version)
+        return ref
+
+    def gate_candidate(self, name: str, version: str) -> tuple[str, str | None, str]:
+        """Whether ``version`` of ``name`` may go through the offline gate, before anything is played
+        (:func:`~serving.adapters.gating.check_candidate`): (the version served now, its base, the
+        candidate's parity label).
+
+        Raises:
+            BadAdapterName (400), InvalidCanary (400: it is the version served), AdapterNotFound (404),
+            ParityNotPassed (409: ParityNotMeasured, ParityFailed, ParityNotCompared), AdapterStoreUnavailable (503).
+        """
+        check_version(version)
+        doc = self.refs.require(name)
+        self.versions.require(name, version)
+        parity = check_candidate(name, version, doc, reference_free=self.reference_free)
+        return doc["version"], doc.get("base"), parity
+
+    def decide(self, name: str, version: str, evidence: GateEvidence | dict[str, Any]) -> tuple[AdapterRef, AliasMove]:
+        """Record the offline gate's decision on ``version`` in one conditional write: the ref now in
+        force and the history entry made.
+
+        A ``better`` verdict promotes the candidate (a promote move carrying the evidence) only while
+        the name serves ``evidence.against``, the version it was played against, and the candidate's
+        parity record still passes (a version never measured does not); otherwise, and on ``worse``
+        and ``undecided``, the alias stays and a ``gate`` entry records the evidence (and, for a
+        better candidate left unpromoted, why: ``reason``).
+
+        Raises:
+            BadAdapterName, BadRequest (400: malformed evidence), AdapterNotFound (404),
+            AdapterRefConflict (409), AdapterStoreUnavailable (503).
+        """
+        evidence = gate_evidence(evidence)
+        check_version(version)
+        self.versions.require(name, version)
+        base, rank = self._version_info(name, version, self.refs.require(name))
+        made: list[AliasMove] = []
+
+        def change(doc: dict[str, Any] | None) -> dict[str, Any]:
+            self._published(name)(doc)
+            made.clear()
+            new, move = self._decided(doc, name, version, evidence, base, rank)
+            made.append(move)
+            return new
+
+        ref = ref_of(name, self.refs.update(name, change))
+        move = made[-1]
+        log.info("adapter %s: gate on %s against %s: %s, %s", name, version, evidence.against, evidence.verdict,
+                 "promoted" if move.action == "promote" else move.reason or "left")
+        return ref, move
+
+    def _decided(self, doc: dict[str, Any], name: str, version: str, evidence: GateEvidence, base: str | None,
+                 rank: int | None) -> tuple[dict[str, Any], AliasMove]:
+        """The ref ``doc`` after the decision, and its history entry (pure: see :meth:`decide`)."""
+        record, reason = dataclasses.asdict(evidence), None
+        if evidence.verdict == "better":
+            parity = parity_of(doc).get(version)
+            if doc["version"] != evidence.against:
+                reason = (f"not promoted: {name} served {doc['version']} by the decision, not {evidence.against} that "
+                          "the candidate was played against; gate it again against the version served")
+            elif parity is None or not passes(parity, reference_free=self.reference_free):
+                reason = f"not promoted: its parity is {parity_label(parity)} now"
+            else:
+                move = AliasMove(version=version, at=now(), action="promote", base=base, rank=rank, gate=record)
+                return repointed(doc, move), move
+        move = AliasMove(version=version, at=now(), action=GATE, base=base, rank=rank, reason=reason, gate=record)
+        return {**doc, "history": with_move(doc, move)}, move
 
     def gate(self, name: str, version: str, doc: dict[str, Any] | None, action: str, *, force: bool) -> str | None:
         """:func:`~serving.adapters.parity.parity_gate` on ``version``'s record in the ref ``doc``

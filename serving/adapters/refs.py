@@ -22,7 +22,12 @@ REFS = "_refs"
 VERSION = re.compile(r"^[0-9a-f]{12}\Z")  # content_version's form
 HISTORY_KEEP = 100  # alias moves kept in the ref (the ref stays a small object)
 STABLE_MOVES = ("push", "promote", "rollback")  # history actions that moved the version served; the others
-# (canary, abort) started, re-weighted or ended a canary
+# (canary, abort) started, re-weighted or ended a canary, and a gate entry recorded a decision that left it
+GATE = "gate"  # an offline gate's decision that did not move the alias (its promotions are promote moves)
+CANDIDATE = "candidate"  # a version pushed for the offline gate, not served
+# Entries the history drops first once it is full: records of the gate that moved nothing, so a watcher gating
+# every step never pushes out the moves a rollback returns to.
+DROPPED_FIRST = (GATE, CANDIDATE)
 
 
 def check_name(name: str) -> str:
@@ -47,21 +52,28 @@ class AliasMove:
     A move an admin forced past the version's parity (``serving.adapters.parity``) keeps the parity it
     was forced past (``forced``: ``FAILED 0.31``, ``not compared``) and, made through the gateway
     with auth on, the key that forced it (``by``); a move the store made itself says why (``reason``:
-    a version whose parity failed while it served stops serving)."""
+    a version whose parity failed while it served stops serving).
+
+    An offline gate's decision (``serving.adapters.gating``) keeps its evidence (``gate``): a promote
+    when the candidate passed, a ``gate`` entry for the candidate when the name was left as it was
+    (with a ``reason`` when it passed but could not move the name). A ``candidate`` entry is a version
+    pushed for the gate without serving it (``push(..., candidate=True)``)."""
 
     version: str
     at: str
-    action: str  # push | promote | rollback | canary | abort
+    action: str  # push | promote | rollback | canary | abort | candidate | gate
     base: str | None = None
     rank: int | None = None
     weight: float | None = None  # the canary's share in percent (canary moves only)
     forced: str | None = None
     by: str | None = None
     reason: str | None = None
+    gate: dict[str, Any] | None = None  # the offline gate's evidence (serving.adapters.gating.GateEvidence)
 
 
 _MOVE_FIELDS = tuple(f.name for f in fields(AliasMove))
-_OPTIONAL = ("forced", "by", "reason")  # written only when set: readers that predate them keep reading the history
+# written only when set: readers that predate them keep reading the history
+_OPTIONAL = ("forced", "by", "reason", "gate")
 
 
 def move_of(entry: dict[str, Any]) -> AliasMove:
@@ -107,8 +119,16 @@ def history_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def with_move(doc: dict[str, Any] | None, move: AliasMove) -> list[dict[str, Any]]:
-    """``doc``'s history with ``move`` in front, cut to :data:`HISTORY_KEEP` moves."""
-    return [entry_of(move), *history_of(doc)][:HISTORY_KEEP] if doc else [entry_of(move)]
+    """``doc``'s history with ``move`` in front, cut to :data:`HISTORY_KEEP` entries: the oldest of
+    :data:`DROPPED_FIRST` (candidates pushed for the gate, its decisions that left the alias) go first,
+    so a watcher gating every step never pushes out the moves a rollback returns to."""
+    history = [entry_of(move), *history_of(doc)] if doc else [entry_of(move)]
+    extra = len(history) - HISTORY_KEEP
+    if extra > 0:
+        gated = [i for i, entry in enumerate(history) if entry["action"] in DROPPED_FIRST]  # newest first
+        dropped = set(gated[-extra:])
+        history = [entry for i, entry in enumerate(history) if i not in dropped]
+    return history[:HISTORY_KEEP]
 
 
 def ref_of(name: str, doc: dict[str, Any]) -> AdapterRef:

@@ -15,7 +15,9 @@ racing never lose an update (the loser re-reads and retries). The alias's moves 
 object (``history``, newest first), so the move and its record can never disagree. A canary
 (:meth:`AdapterStore.canary`, ``serving.adapters.canary``) is a second version the name serves to a weighted
 share of sessions; it lives in the same object, next to the version it is tested against, and ends
-by :meth:`AdapterStore.promote` (it becomes the version) or :meth:`AdapterStore.abort_canary`.
+by :meth:`AdapterStore.promote` (it becomes the version) or :meth:`AdapterStore.abort_canary`. The
+offline gate (``maze-eval gate``) asks :meth:`AdapterStore.gate_target` whether a candidate may be
+gated and under which policy, and records its decision with :meth:`AdapterStore.decide`.
 
 :class:`AdapterStore` is composed: its objects are the door (:mod:`serving.adapters.objects`, the
 implementation its prefix's scheme picks: :mod:`serving.adapters.backends`); the ref documents and
@@ -42,6 +44,7 @@ from serving.adapters.backends import open_objects
 from serving.adapters.canary import check_weight
 from serving.adapters.checks import VerifyReport, VersionChecks
 from serving.adapters.files import content_version, validate_adapter
+from serving.adapters.gating import GateEvidence, GateTarget
 from serving.adapters.layout import Refs, Versions
 from serving.adapters.moves import AliasMoves
 from serving.adapters.objects import PAGE, ObjectStore
@@ -61,6 +64,7 @@ from serving.errors import (
     AdapterExists,
     AdapterNotFound,
     BadAdapterName,
+    InvalidCanary,
 )
 
 __all__ = ["AdapterStore"]
@@ -155,7 +159,7 @@ class AdapterStore:
 
     # -- writes --------------------------------------------------------------------------
     def push(self, folder: str | Path, name: str, *, base: str | None = None, base_source: str | None = None,
-             max_rank: int = 32, force: bool = False, canary: float | None = None,
+             max_rank: int = 32, force: bool = False, canary: float | None = None, candidate: bool = False,
              vision_tower: bool = False, force_parity: bool = False, forced_by: str | None = None) -> AdapterRef:
         """Validate and publish a local adapter folder as ``name``.
 
@@ -167,7 +171,11 @@ class AdapterStore:
         modules is refused (the engine would serve it without them), before anything is uploaded.
         Files pushed before under ``name`` are the same version, judged by its parity record as any
         move that starts a version serving (:meth:`AliasMoves.gate
-        <serving.adapters.moves.AliasMoves.gate>`), unless ``force_parity``.
+        <serving.adapters.moves.AliasMoves.gate>`), unless ``force_parity``. With ``candidate`` the
+        new version serves nothing: it is recorded as a candidate for the offline gate
+        (:meth:`AliasMoves.propose <serving.adapters.moves.AliasMoves.propose>`), which moves the
+        alias only if it plays better; what is returned is then the candidate version's view
+        (:meth:`resolve_version`), not the alias's.
 
         Raises:
             BadAdapterName, AdapterInvalid (400; AdapterNotServable: served other than trained),
@@ -176,8 +184,17 @@ class AdapterStore:
         """
         check_name(name)
         weight = None if canary is None else check_weight(canary)
+        if candidate and weight is not None:
+            raise InvalidCanary("push either a canary or a candidate for the gate, not both")
         cfg = validate_adapter(folder, base_source=base_source, max_rank=max_rank, vision_tower=vision_tower)
         version = content_version(folder)
+        if candidate:
+            if self.refs.read(name)[0] is None:
+                raise AdapterNotFound(f"adapter {name!r} is not published yet: a candidate is gated against the "
+                                      "version served (push it without --candidate first)")
+            self.versions.upload(folder, name, version)
+            self.moves.propose(name, version, base=base, rank=cfg["r"])
+            return self.resolve_version(name, version)
         if weight is not None:
             if self.refs.read(name)[0] is None:
                 raise AdapterNotFound(f"adapter {name!r} is not published yet: a canary needs a version served "
@@ -244,6 +261,18 @@ class AdapterStore:
     @_doc_of(AliasMoves.abort_canary)
     def abort_canary(self, name: str) -> AdapterRef:
         return self.moves.abort_canary(name)
+
+    def gate_target(self, name: str, version: str) -> GateTarget:
+        """``version`` of ``name`` cleared for the offline gate (:meth:`AliasMoves.gate_candidate
+        <serving.adapters.moves.AliasMoves.gate_candidate>`, whose errors it raises), with the version
+        served now and the name's gate policy (``adapters.gate``)."""
+        current, base, parity = self.moves.gate_candidate(name, version)
+        return GateTarget(name=name, version=version, current=current, base=base, parity=parity,
+                          policy=self.spec.gate.policy(name))
+
+    @_doc_of(AliasMoves.decide)
+    def decide(self, name: str, version: str, evidence: GateEvidence | dict[str, Any]) -> tuple[AdapterRef, AliasMove]:
+        return self.moves.decide(name, version, evidence)
 
     @_doc_of(VersionChecks.verify)
     def verify(self, name: str, version: str | None = None, *, check: bool = True) -> VerifyReport:

@@ -75,10 +75,12 @@ def adapters_list(ctx: click.Context, as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="replace an existing adapter of that name")
 @click.option("--canary", "weight", help="do not replace the version served: make the new one NAME's canary, "
               "serving this percent of its sessions (see `adapters canary`)")
+@click.option("--candidate", is_flag=True, help="do not serve the new version: record it as a candidate for the "
+              "offline gate (`maze-eval gate NAME@VERSION`), which moves NAME only if it plays better")
 @click.option("--force-parity", is_flag=True, help=FORCE_PARITY_HELP)
 @click.pass_context
 def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, force: bool, weight: str | None,
-                  force_parity: bool) -> None:
+                  candidate: bool, force_parity: bool) -> None:
     """Validate FOLDER (a peft LoRA) and publish it atomically as NAME.
 
     A gateway serves it within its adapters.resolve_ttl_s; through --gateway, that gateway from its
@@ -91,7 +93,12 @@ def adapters_push(ctx: click.Context, folder: str, name: str, base: str | None, 
     if spec is None:
         raise BadRequest(f"unknown base {base!r}; known: {[m.id for m in cfg.base_models]}")
     ref = store_of(cfg).push(folder, name, base=spec.id, base_source=spec.source, max_rank=cfg.lora.max_rank, force=force,
-                           canary=weight, vision_tower=cfg.lora.vision_tower, force_parity=force_parity)
+                           canary=weight, candidate=candidate, vision_tower=cfg.lora.vision_tower,
+                           force_parity=force_parity)
+    if candidate:
+        click.echo(f"published {ModelId(spec.id, ref.name)} version {ref.version} as a candidate (not served); "
+                   f"gate it: maze-eval gate {ModelId(None, ref.name, ref.version)}")
+        return
     if weight is not None:
         click.echo(f"published {ModelId(spec.id, ref.name)} version {ref.canary.version} as a canary "
                    f"({ref.canary.weight:g}%; {ref.version} serves the rest)")
@@ -181,8 +188,9 @@ def adapters_rollback(ctx: click.Context, name: str, force_parity: bool) -> None
 def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
     """NAME's moves, newest first: version, time, action, then a canary's weight and the version's
     parity check (ok and the largest difference, FAILED, not compared, or -), and for a move forced
-    past parity what it was forced past and by which key, for a move the store made why (the first
-    line is the version served)."""
+    past parity what it was forced past and by which key, for an offline gate's decision (`maze-eval
+    gate`: a promote, or a `gate` line where it left NAME) its evidence, for a move the store made
+    why (the first stable move, push, promote or rollback, is the version served)."""
     store = store_of(config_of(ctx))
     moves, parity = store.history(name), store.parity(name)
     if as_json:
@@ -196,7 +204,26 @@ def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
         forced = f"\tforced past parity {m.forced}" + (f" by key {m.by!r}" if m.by else "") if m.forced else ""
         reason = f"\t{m.reason}" if m.reason else ""
         click.echo(f"{m.version}\t{m.at}\t{m.action}\t{weight}parity {parity_label(parity.get(m.version))}"
-                   f"{forced}{reason}")
+                   f"{forced}{_gate_evidence(m.gate)}{reason}")
+
+
+def _gate_evidence(gate: dict | None) -> str:
+    """An offline gate's evidence in one column (empty for a move the gate did not make)."""
+    if not gate:
+        return ""
+    needed = "-" if gate.get("wins_needed") is None else gate["wins_needed"]
+    return (f"\tgate {gate['verdict']} vs {gate['against']}: {gate['wins']} wins {gate['losses']} losses on "
+            f"{gate['seeds']} seeds (needed {needed}), one-sided p {gate['p_value']:.3g}, alpha {gate['alpha']:g} "
+            f"over looks {gate['looks']}; runs {gate['run']} vs {gate['run_against']}")
+
+
+@adapters.command("gate", context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def adapters_gate(args: tuple[str, ...]) -> None:
+    """Points to `maze-eval gate NAME@VERSION`: the offline gate plays episodes through the gateway,
+    which maze-serve does not do (the gateway imports no agent or evaluation code)."""
+    raise click.UsageError("the offline gate plays episodes, so it is maze-eval's: run `maze-eval gate "
+                           f"{' '.join(args) or 'NAME@VERSION'}` (docs/lifecycle.md, \"The offline gate\")")
 
 
 @adapters.command("verify")

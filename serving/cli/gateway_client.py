@@ -41,6 +41,7 @@ from serving.errors import (
     NoRollbackTarget,
     ParityFailed,
     ParityNotCompared,
+    ParityNotMeasured,
     ParityNotPassed,
     RateLimited,
     ServingError,
@@ -52,6 +53,7 @@ _BY_CODE = {"adapter_not_found": AdapterNotFound, "model_not_found": AdapterNotF
             "no_rollback_target": NoRollbackTarget, "no_canary": NoCanary, "adapter_ref_conflict": AdapterRefConflict,
             "adapter_store_unavailable": AdapterStoreUnavailable, "adapter_parity_failed": ParityFailed,
             "adapter_parity_not_compared": ParityNotCompared, "adapter_parity_not_passed": ParityNotPassed,
+            "adapter_parity_not_measured": ParityNotMeasured,
             "adapter_integrity_failed": AdapterIntegrityError}
 _BY_STATUS = {401: Unauthorized, 403: Forbidden, 404: AdapterNotFound, 409: AdapterExists, 429: RateLimited}
 
@@ -113,7 +115,8 @@ class GatewayAdapters:
         return VerifyReport(**{k: v for k, v in report.items() if k != "ok"})
 
     def push(self, folder: str | Path, name: str, *, base: str | None = None, force: bool = False,
-             canary: float | str | None = None, force_parity: bool = False, **_store_only: Any) -> AdapterRef:
+             canary: float | str | None = None, candidate: bool = False, force_parity: bool = False,
+             **_store_only: Any) -> AdapterRef:
         """Upload FOLDER's adapter files as a tar; the gateway validates and publishes them."""
         params: dict[str, Any] = {"force": str(force).lower()}
         if force_parity:
@@ -122,6 +125,8 @@ class GatewayAdapters:
             params["base"] = base
         if canary is not None:
             params["canary"] = canary
+        if candidate:
+            params["candidate"] = "true"
         with tempfile.SpooledTemporaryFile(max_size=64 * 2**20) as buf:
             with tarfile.open(fileobj=buf, mode="w") as tar:
                 for fname in (CONFIG, WEIGHTS):

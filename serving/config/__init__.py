@@ -25,6 +25,7 @@ from serving.config.auth import (
     Role,
 )
 from serving.config.base import NAME, SectionModel
+from serving.config.gate import GatePolicy, GateSpec
 
 CONFIG_DIR = Path(__file__).parents[1] / "configs"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -121,6 +122,9 @@ class AdapterStoreSpec(SectionModel):
                      "from the base's; `parity not compared`) lets the version start serving (promote, canary, "
                      "rollback, push). Off: such a version is refused like one whose parity failed, until it is "
                      "measured against HF + peft or an admin forces it"))
+    gate: GateSpec = Field(default_factory=GateSpec, description=(
+        "the offline gate's policy (`maze-eval gate`): the false-promotion rate, the looks and the maze set by "
+        "which a candidate version replaces the version a name serves; a default and per-name changes"))
 
     @field_validator("prefix")
     @classmethod
@@ -385,7 +389,8 @@ def load_config(name_or_path: str | None) -> ServingConfig:
 
 __all__ = [
     "CONFIG_DIR", "MIN_SECRET_LENGTH", "REPO_ROOT",
-    "AdapterStoreSpec", "AgentProfileSpec", "ApiKeySpec", "AuthSpec", "BaseModelSpec", "KeyFileSpec",
+    "AdapterStoreSpec", "AgentProfileSpec", "ApiKeySpec", "AuthSpec", "BaseModelSpec", "GatePolicy", "GateSpec",
+    "KeyFileSpec",
     "KeyLimitsSpec", "LimitsSpec", "LoraSpec", "RateStoreSpec", "ReplicaSpec", "Role", "RoutingSpec",
     "ServingConfig", "load_config",
 ]

@@ -6,12 +6,20 @@
   records), ``.../verify?version=`` (re-hash a version's stored files; 422 when they changed):
   published adapters the key may see.
 * ``POST /v1/adapters/{name}/versions`` (a tar of the adapter folder;
-  ``?base=&force=&canary=&force_parity=``), ``.../canary`` (``{"version", "weight", "force_parity"}``),
+  ``?base=&force=&canary=&candidate=&force_parity=``), ``.../canary`` (``{"version", "weight", "force_parity"}``),
   ``.../promote`` (``{"version", "force_parity"}`` or none: the canary), ``.../abort``,
   ``.../rollback`` (``{"force_parity"}`` or none): a publisher on names its models cover, an admin on
-  any name; ``DELETE /v1/adapters/{name}``: admin only. Another key gets 403, checked from its role
-  and the name before anything else of the request is validated or read (a key that may not act
-  learns nothing from a 400: not the bases served, not what the store holds).
+  any name; ``DELETE /v1/adapters/{name}``: admin only.
+* ``GET /v1/adapters/{name}/gate?version=`` (whether that version may go through the offline gate:
+  the version served now and the name's gate policy, ``adapters.gate``; 409 when its parity record
+  is missing or does not pass) and ``POST /v1/adapters/{name}/gate`` (``{"version", "evidence"}``:
+  the gate's decision, which promotes a candidate found better while the name still serves the
+  version it was played against, else records the decision in the history): a key that may promote
+  the name (``maze-eval gate`` calls them).
+
+On the routes that write (and the gate's), another key gets 403, checked from its role and the name
+before anything else of the request is validated or read (a key that may not act learns nothing
+from a 400: not the bases served, not what the store holds).
 
 A move that would start a version serving whose parity check did not pass (``serving.adapters.parity``:
 failed, or not compared where ``adapters.parity_without_reference`` is off) is a 409
@@ -330,6 +338,8 @@ async def push_adapter(request: Request, name: str,
                        base: str | None = Query(None, description="base model id (default: the first served)"),
                        force: bool = Query(False, description="replace the version a published name serves"),
                        canary: float | None = Query(None, description="publish as the name's canary at this percent"),
+                       candidate: bool = Query(False, description="publish without serving it: a candidate for the "
+                                                                  "offline gate"),
                        force_parity: bool = Query(False, description=FORCE_PARITY)):
     cfg = _config(request)
     forced_by = _forced_by(cfg, name, force_parity)  # before the upload is read
@@ -348,10 +358,10 @@ async def push_adapter(request: Request, name: str,
             fh.close()
         await asyncio.to_thread(_extract, archive, folder, cfg.limits.max_upload_bytes)
         ref = await asyncio.to_thread(_store(cfg).push, folder, name, base=spec.id, base_source=spec.source,
-                                      max_rank=cfg.lora.max_rank, force=force, canary=canary,
+                                      max_rank=cfg.lora.max_rank, force=force, canary=canary, candidate=candidate,
                                       vision_tower=cfg.lora.vision_tower, force_parity=force_parity,
                                       forced_by=forced_by)
-    return _served(ref)
+    return _ref(ref) if candidate else _served(ref)  # a candidate serves nothing: the resolver keeps the alias
 
 
 @router.post("/v1/adapters/{name}/canary", dependencies=[_may("canary")])
@@ -371,6 +381,29 @@ async def promote_adapter(request: Request, name: str, body: PromoteBody | None 
     ModelId(None, ModelId.plain(name), body.version).checked()
     return _served(await asyncio.to_thread(_store(cfg).promote, name, body.version, force_parity=body.force_parity,
                                            forced_by=forced_by))
+
+
+class GateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: str = Field(description="the candidate version the gate played (12 hex digits)")
+    evidence: dict[str, Any] = Field(description="what the gate found (serving.adapters.GateEvidence's fields)")
+
+
+@router.get("/v1/adapters/{name}/gate", dependencies=[_may("promote")])
+async def gate_target(request: Request, name: str,
+                      version: str = Query(description="the candidate version (12 hex digits)")):
+    cfg = _config(request)
+    ModelId(None, ModelId.plain(name), version).checked()
+    target = await asyncio.to_thread(_store(cfg).gate_target, name, version)
+    return {"object": "gate_target", **target.as_dict()}
+
+
+@router.post("/v1/adapters/{name}/gate", dependencies=[_may("promote")])
+async def gate_decision(request: Request, name: str, body: GateBody):
+    cfg = _config(request)
+    ModelId(None, ModelId.plain(name), body.version).checked()
+    ref, move = await asyncio.to_thread(_store(cfg).decide, name, body.version, body.evidence)
+    return {"object": "gate_decision", "ref": _served(ref), "move": dataclasses.asdict(move)}
 
 
 async def _move(request: Request, name: str, method: str) -> dict[str, Any]:

@@ -33,6 +33,10 @@ from training.watch import DEFAULT_SEEDS, WatchConfig, Watcher
 @click.option("--parity/--no-parity", default=True, show_default=True,
               help="before scoring a step, check that the gateway serves it as trained (HF + peft on its files); "
                    "a step that fails is not scored")
+@click.option("--gate", is_flag=True,
+              help="publish each step as a candidate and move ADAPTER only when the offline gate finds it better than "
+                   "the version served (`maze-eval gate`; the serving config's adapters.gate policy); the served "
+                   "curve marks each decision")
 def watch(submission_id: str, adapter: str, address: str | None, export_path: str | None, env_id: str | None,
           interval: float, once: bool, **opts) -> None:
     """Publish, serve and score every step JOB exports, until the job ends (a served curve).
@@ -40,8 +44,9 @@ def watch(submission_id: str, adapter: str, address: str | None, export_path: st
     Each new step becomes a version of ADAPTER, has its served parity checked (recorded with the
     version: `maze-serve adapters history ADAPTER`), is scored through the gateway pinned to that version
     and recorded next to the trainer's own pass@1: `maze-eval leaderboard --curves`, `maze-eval report
-    --curve JOB`. Killed and restarted, it goes on where it stopped. Exit 0 when every exported step
-    is scored, 1 when some scoring runs stayed incomplete (run it again to resume them).
+    --curve JOB`. With --gate the alias moves only on a gate pass, never to a step merely because it is
+    newer. Killed and restarted, it goes on where it stopped. Exit 0 when every exported step is scored
+    (and gated), 1 when some scoring runs or gates stayed incomplete (run it again to resume them).
     """
     client = job_client(address) if address else None
     meta = client.info(submission_id).metadata if client else {}
@@ -59,8 +64,8 @@ def watch(submission_id: str, adapter: str, address: str | None, export_path: st
     if summary.job_status:
         click.echo(f"job {submission_id} {summary.job_status}")
     if summary.incomplete:
-        raise TrainingError(f"steps {summary.incomplete} not fully scored (errored episodes); run watch again to "
-                            "resume them")
+        raise TrainingError(f"steps {summary.incomplete} not fully scored or gated (errored episodes); run watch "
+                            "again to resume them")
 
 
 def _print_best(cfg: WatchConfig) -> None:
