@@ -162,6 +162,18 @@ def test_json_types_of_the_routes_fields_only():
     check_json_types([1, 2])  # not an object: the route's model answers (pydantic's 400)
 
 
+@pytest.mark.parametrize("field, value, kind", [
+    ("top_logprobs", "s", "a string"), ("prompt_logprobs", [], "an array"), ("logprobs", {"a": 0}, "an object"),
+])
+def test_logprob_counts_must_be_numbers(field, value, kind):
+    """vLLM 0.26 compares these with 0 before it checks their type (a TypeError: a 500); the gateway says
+    what is wrong first, on either vLLM."""
+    with pytest.raises(BadRequest, match=f"{field}: must be a number, not {kind}"):
+        check_json_types({**_CHAT, field: value})
+    for good in (0, 5, 1.0, True, None):  # chat's logprobs is a boolean; a float or null is vLLM's to judge
+        check_json_types({**_CHAT, field: good})
+
+
 def test_well_typed_tool_use_and_structured_outputs_pass():
     limits = ServingConfig.shipped("embedded").limits
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}

@@ -14,7 +14,10 @@ def test_up_without_the_model_says_how_to_get_it(tmp_path, monkeypatch):
 
     from serving.cli import main
 
+    from serving.local import embedded
+
     monkeypatch.setenv("MAZE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(embedded, "engine_build", lambda: "cpu")  # the stack the config is for, whichever is here
     d = ServingConfig.shipped("embedded").model_dump(mode="json")
     d["base_models"][0]["source"] = str(tmp_path / "models" / "maze-tiny")
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(d))
