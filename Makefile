@@ -1,11 +1,21 @@
 # The two commands a newcomer needs: `make eval` (the main job) and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
+GPU_WHEELS ?= .gpu-wheels
 
-.PHONY: setup setup-test eval demo test test-fast bench
+.PHONY: setup setup-test eval demo test test-fast bench gpu-wheels setup-gpu
 # The product: the venv with this package and the CPU serving stack.
 setup:
 	@scripts/setup.sh $(VENV)
+
+# The GPU serving stack (Ray Serve LLM 2.58.1 + vLLM 0.26.0) for a GPU machine without network
+# (docs/gpu.md): `make gpu-wheels` where there is network, then, on the GPU machine with the folder
+# copied there, `make setup-gpu` (a venv over the image's Python 3.12 and CUDA torch).
+gpu-wheels:
+	@scripts/download_serving_gpu.sh $(GPU_WHEELS)
+
+setup-gpu:
+	@scripts/install_serving_gpu.sh $(GPU_WHEELS) $(VENV)
 
 # What the tests add: system services, the SkyRL wheel, one venv per framework (OpenEnv, verifiers, Inspect).
 setup-test: setup

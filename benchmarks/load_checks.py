@@ -102,7 +102,7 @@ def download_variants(store, bucket_uri: str, adapter: str, version: str, rounds
     own streamed download with hashing (what it does), the same without hashing (what the hash adds),
     and Ray Serve LLM's download (``sync_files_with_lock``, what the loader used before it streamed
     and hashed the files itself)."""
-    from ray.llm._internal.common.utils.lora_utils import sync_files_with_lock
+    from serving.compat import sync_files_with_lock
 
     ways = {
         "hashed": lambda dest: store.download_version(adapter, version, dest, hashed=True),

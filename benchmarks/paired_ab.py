@@ -303,7 +303,7 @@ def run_variant(variant: str, assets, image: str, args) -> dict:
             out = {"layout": cfg.layout, "ingress": cfg.ingress, "ray_env": spec.get("ray_env", {}),
                    "allocator": cfg.allocator, "cpu_affinity": cfg.cpu_affinity,
                    "engine_env": {**cfg.env, **allocator_env(cfg.allocator, cfg.env)},
-                   "lora_cpu_kernels": cfg.lora.cpu_kernels, "time_to_ready_s": ready,
+                   "lora_cpu_kernels": cfg.cpu_lora_kernels, "time_to_ready_s": ready,
                    "vllm_side": {"args": launch["args"], "env": launch["env"], "niceness": launch["niceness"],
                                  "core_split": None if launch["split"] is None else
                                  {"worker": list(launch["split"].worker), "rest": list(launch["split"].rest)}},

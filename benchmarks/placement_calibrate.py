@@ -244,7 +244,7 @@ def run(args) -> dict:
         embedded.down()
     return {"time_to_ready_s": ready, "stack": {"layout": cfg.layout, "ingress": cfg.ingress,
                                                 "adapters_per_replica": cfg.lora.adapters_per_replica,
-                                                "cpu_kernels": cfg.lora.cpu_kernels},
+                                                "cpu_kernels": cfg.cpu_lora_kernels},
             **provenance([__file__, *sys.argv[1:]], engine_settings(cfg)), **out}
 
 

@@ -135,12 +135,14 @@ def serving_args(cfg: ServingConfig) -> dict[str, Any]:
 def build_app(cfg: ServingConfig):
     """The Serve application for ``cfg`` (deploy with ``serve.run``), in the config's ``layout``."""
     from ray import serve
-    from ray.llm._internal.common.dict_utils import maybe_apply_llm_deployment_config_defaults
-    from ray.llm._internal.serve.core.configs.openai_api_models import to_model_metadata
-    from ray.llm._internal.serve.core.ingress.builder import LLMServingArgs
-    from ray.llm._internal.serve.core.ingress.ingress import make_fastapi_ingress
-    from ray.llm._internal.serve.core.server.builder import build_llm_deployment
 
+    from serving.compat import (
+        LLMServingArgs,
+        apply_deployment_defaults,
+        build_llm_deployment,
+        make_fastapi_ingress,
+        to_model_metadata,
+    )
     from serving.ingress import ENDPOINTS, create_app
 
     args = LLMServingArgs.model_validate(serving_args(cfg))
@@ -150,9 +152,7 @@ def build_app(cfg: ServingConfig):
     if cfg.layout == "colocated":
         return _build_colocated(cfg, llm_configs[0], model_cards, lora_paths)
     ingress_cls = args.ingress_cls_config.ingress_cls
-    options = maybe_apply_llm_deployment_config_defaults(
-        ingress_cls.get_deployment_options(llm_configs), args.ingress_deployment_config
-    )
+    options = apply_deployment_defaults(ingress_cls.get_deployment_options(llm_configs), args.ingress_deployment_config)
     log.info("gateway %s: models %s, adapters %s, ingress options\n%s", cfg.name,
              [c.model_id for c in llm_configs], cfg.adapters.prefix, pprint.pformat(options))
     ingress = make_fastapi_ingress(ingress_cls, endpoint_map=ENDPOINTS, app=create_app(cfg))
@@ -167,21 +167,19 @@ def build_app(cfg: ServingConfig):
 def colocated_deployment_options(llm_config) -> dict[str, Any]:
     """The one deployment's options: those of the LLM-server deployment it replaces (placement
     group with the engine's bundles, runtime env, replicas, health checks), under its own name."""
-    from ray.llm._internal.common.dict_utils import maybe_apply_llm_deployment_config_defaults
-    from ray.llm._internal.serve.core.server.builder import DEFAULT_DEPLOYMENT_OPTIONS
-
+    from serving.compat import DEFAULT_DEPLOYMENT_OPTIONS, apply_deployment_defaults
     from serving.ingress import server_class
 
-    options = maybe_apply_llm_deployment_config_defaults(
-        DEFAULT_DEPLOYMENT_OPTIONS, server_class(llm_config).get_deployment_options(llm_config))
+    options = apply_deployment_defaults(DEFAULT_DEPLOYMENT_OPTIONS,
+                                        server_class(llm_config).get_deployment_options(llm_config))
     options["name"] = COLOCATED_DEPLOYMENT
     return options
 
 
 def _build_colocated(cfg: ServingConfig, llm_config, model_cards: dict, lora_paths: dict):
     from ray import serve
-    from ray.llm._internal.serve.core.ingress.ingress import make_fastapi_ingress
 
+    from serving.compat import make_fastapi_ingress
     from serving.ingress import ENDPOINTS, ColocatedGateway, create_app
 
     options = colocated_deployment_options(llm_config)

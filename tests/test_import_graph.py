@@ -140,9 +140,11 @@ def test_what_builds_the_app_does_not_reach_the_process_manager(graph, builder):
 
 # -- serving's rooms ---------------------------------------------------------------------------------
 TOP_LEVEL = {"errors", "metrics", "app", "k8s"}  # besides __init__ and the rooms
-# What each room may import besides itself; config (the settings room), errors and metrics are open to every room.
+# What each room may import besides itself; config (the settings room), compat (the door to Ray's and vLLM's
+# internals), errors and metrics are open to every room.
 ROOM_RULES = {
     "config": set(),
+    "compat": set(),
     "adapters": set(),
     "auth": {"adapters"},  # a key's model patterns match ModelIds
     "placement": {"adapters"},
@@ -152,7 +154,7 @@ ROOM_RULES = {
     "local": {"adapters", "engine", "ingress", "app"},
     "cli": {"adapters", "auth", "placement", "parity", "local", "k8s"},  # auth: `keys check`
 }
-BASE = {"config", "errors", "metrics"}
+BASE = {"config", "compat", "errors", "metrics"}
 
 
 def _room(module: str) -> str | None:
@@ -234,6 +236,56 @@ def _private_imports() -> list[str]:
 
 def test_no_module_imports_another_modules_private_name():
     assert _private_imports() == []
+
+
+# Private attributes of Ray's and vLLM's objects that serving reads (serving.compat.access reads each).
+UPSTREAM_PRIVATE_ATTRIBUTES = ("_engine_client", "_oai_models", "_adapter_manager", "_registered_adapters",
+                               "_serve_request_context", "_get_serve_request_context", "_get_global_client",
+                               "__serve_multiplex_wrapper")
+
+
+def _upstream_internals(path: Path) -> list[str]:
+    """What ``path`` reaches of Ray's and vLLM's internals itself: any vLLM module, Ray's ``_internal``
+    and ``_private`` modules, a private name imported from Ray, a private attribute of their objects."""
+    found, where = [], path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            modules = [(a.name, ()) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules = [(node.module, [a.name for a in node.names])]
+        else:
+            if isinstance(node, ast.Attribute) and node.attr in UPSTREAM_PRIVATE_ATTRIBUTES:
+                found.append(f"{where}:{node.lineno} .{node.attr}")
+            if isinstance(node, ast.Constant) and node.value in UPSTREAM_PRIVATE_ATTRIBUTES:
+                found.append(f"{where}:{node.lineno} {node.value!r}")
+            continue
+        for module, names in modules:
+            top = module.split(".")[0]
+            private = top == "ray" and (set(module.split(".")) & {"_internal", "_private"}
+                                        or any(n.startswith("_") for n in names))
+            if top == "vllm" or private:
+                found.append(f"{where}:{node.lineno} {module}")
+    return found
+
+
+def test_ray_and_vllm_internals_are_reached_through_compat_alone():
+    """Ray Serve LLM and vLLM move their internals between releases, and the product runs on two stacks
+    of them (docs/gpu.md): serving/compat/ names each one once, and nothing else in serving, or the
+    benchmarks, reaches one itself."""
+    files = [p for d in ("serving", "benchmarks") for p in (ROOT / d).rglob("*.py")
+             if not p.is_relative_to(ROOT / "serving" / "compat")]
+    assert [hit for p in files for hit in _upstream_internals(p)] == []
+
+
+def test_the_internals_check_sees_a_reach(tmp_path):
+    planted = tmp_path / "reach.py"
+    planted.write_text("from ray.llm._internal.serve.core.server.llm_server import LLMServer\n"
+                       "from ray.serve.context import _get_global_client\n"
+                       "from vllm.platforms import current_platform\n"
+                       "def f(engine):\n    return engine._engine_client\n")
+    hits = _upstream_internals(planted)
+    assert [h.split(" ", 1)[1] for h in hits] == [
+        "ray.llm._internal.serve.core.server.llm_server", "ray.serve.context", "vllm.platforms", "._engine_client"]
 
 
 # -- agent's and the lab's rooms -----------------------------------------------------------------------

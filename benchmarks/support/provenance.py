@@ -35,7 +35,7 @@ def engine_settings(cfg, env: Mapping[str, str] | None = None) -> dict:
     config's own)."""
     base = cfg.base_models[0]
     return {"allocator": cfg.allocator, "cpu_affinity": cfg.cpu_affinity, "layout": cfg.layout,
-            "ingress": cfg.ingress, "lora_cpu_kernels": cfg.lora.cpu_kernels,
+            "ingress": cfg.ingress, "lora_cpu_kernels": cfg.cpu_lora_kernels,
             "lora_cpu_merged_slots": cfg.lora.cpu_merged_slots,
             "adapters_per_replica": cfg.lora.adapters_per_replica, "mm_cache_gb": base.mm_cache_gb,
             "engine_kwargs": dict(base.engine_kwargs), "env": dict(cfg.env if env is None else env)}

@@ -197,7 +197,7 @@ def request_stream_usage(body) -> tuple[bool, bool] | None:
     ``hide_chunks``, ``hide_final``); None for a request that is no stream (nothing changed)."""
     if not getattr(body, "stream", False):
         return None
-    from vllm.entrypoints.generate.base.protocol import StreamOptions  # the engine's own type
+    from serving.compat import StreamOptions  # the engine's own type (its module differs by vLLM version)
 
     asked = getattr(body, "stream_options", None)
     final = bool(getattr(asked, "include_usage", False))

@@ -152,14 +152,15 @@ class LoraSpec(SectionModel):
     adapters_per_replica: int = Field(1, ge=1, description="adapters resident per replica (= vLLM max_loras)")
     download_timeout_s: float = Field(60.0, gt=0, description="timeout to fetch one adapter")
     max_download_tries: int = Field(3, ge=1, description="download attempts")
-    cpu_kernels: Literal["grouped", "vllm"] = Field(
-        "grouped",
+    cpu_kernels: Literal["grouped", "vllm"] | None = Field(
+        None,
         description=(
             "LoRA arithmetic of CPU engines. 'grouped': the kernels of serving.engine.lora_kernels (token rows "
             "grouped by adapter, two small matrix products per group), installed into the engine's worker through "
             "vLLM's worker_extension_cls; 'vllm': vLLM's own CPU ops, which copy the LoRA weights once per "
             "token, so their cost grows with tokens times weights (benchmarks/lora_parity.py --cpu-kernels vllm "
-            "measures them against 'grouped'). No effect on GPU engines"
+            "measures them against 'grouped'). Unset: 'grouped' on a CPU device. CPU only: a GPU config that sets "
+            "it is refused (GPU engines run vLLM's own LoRA kernels)"
         ),
     )
     cpu_merged_slots: int = Field(
@@ -168,7 +169,8 @@ class LoraSpec(SectionModel):
             "with the grouped kernels: adapter slots whose merged weights (base + B @ A per LoRA layer) a CPU engine "
             "keeps, so a step whose every token belongs to one adapter (one request, or an evaluation's batch) costs "
             "what the base's does; mixed batches keep the grouped kernels. Memory: a copy of the base's linear "
-            "weights plus one merged copy of the adapted layers per slot. 0: off (serving.engine.lora_merge)"
+            "weights plus one merged copy of the adapted layers per slot. 0: off (serving.engine.lora_merge). "
+            "CPU only: a GPU config with slots is refused"
         ),
     )
 
@@ -273,14 +275,17 @@ class ServingConfig(SectionModel):
     port: int = Field(8000, ge=1, le=65535, description="HTTP port")
     image: str = Field("maze-gateway/serve:latest", description="container image (k8s)")
     accelerator_type: str | None = Field(None, description="Ray accelerator type, e.g. H100 (gpu only)")
-    env: dict[str, str] = Field(default_factory=dict, description="env vars for the engine processes")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="env vars for the engine processes (VLLM_CPU_* ones, read by vLLM's CPU backend alone, are "
+                    "refused on a GPU device)")
     allocator: Literal["system", "jemalloc"] = Field(
         "system",
         description=(
             "memory allocator of the engine processes. 'jemalloc': preloaded where libjemalloc is installed "
             "(Debian: libjemalloc2), else glibc with a fixed mmap threshold; either keeps a long-running CPU "
             "engine's memory flat, jemalloc at less CPU per request. 'system': the image's malloc as is; "
-            "see serving.engine.allocator"
+            "see serving.engine.allocator. 'jemalloc' is for CPU engines: a GPU config with it is refused"
         ),
     )
     cpu_affinity: Literal["none", "split"] = Field(
@@ -323,8 +328,26 @@ class ServingConfig(SectionModel):
             raise ValueError(f"layout 'colocated' serves exactly one base model, got {ids}; use 'standard'")
         if self.ingress == "direct" and (self.layout != "colocated" or self.replicas.max_replicas != 1):
             raise ValueError("ingress 'direct' needs layout 'colocated' and max_replicas 1: one replica owns the port")
-        if self.cpu_affinity == "split" and self.device != "cpu":
-            raise ValueError("cpu_affinity 'split' places a CPU engine's worker; this config's device is 'gpu'")
+        return self
+
+    @model_validator(mode="after")
+    def _cpu_only(self) -> ServingConfig:
+        """Refuse the settings that only a CPU engine reads on a GPU config: each would be dropped (or, the
+        allocator, preloaded into a GPU engine) with nothing telling the user."""
+        if self.device != "gpu":
+            return self
+        cpu_env = sorted(k for k in self.env if k.startswith("VLLM_CPU_"))
+        found = [text for applies, text in (
+            (self.lora.cpu_kernels is not None, f"lora.cpu_kernels {self.lora.cpu_kernels!r} picks a CPU engine's "
+                                                "LoRA arithmetic (GPU engines run vLLM's own LoRA kernels)"),
+            (self.lora.cpu_merged_slots > 0, "lora.cpu_merged_slots keeps merged weights for the grouped CPU kernels"),
+            (self.cpu_affinity == "split", "cpu_affinity 'split' places a CPU engine's worker"),
+            (self.allocator == "jemalloc", "allocator 'jemalloc' preloads a CPU engine's malloc"),
+            (bool(cpu_env), f"env {cpu_env} is read by vLLM's CPU backend alone"),
+        ) if applies]
+        if found:
+            raise ValueError(f"this config's device is 'gpu', and it sets what only a CPU engine uses: "
+                             f"{'; '.join(found)}. Remove these settings (docs/gpu.md, 'CPU-only settings')")
         return self
 
     @model_validator(mode="after")
@@ -357,9 +380,16 @@ class ServingConfig(SectionModel):
         return r.min_replicas != r.max_replicas
 
     @property
+    def cpu_lora_kernels(self) -> Literal["grouped", "vllm"] | None:
+        """The CPU engines' LoRA arithmetic (``lora.cpu_kernels``, 'grouped' when unset); None on a GPU device."""
+        if self.device != "cpu":
+            return None
+        return self.lora.cpu_kernels or "grouped"
+
+    @property
     def grouped_cpu_lora(self) -> bool:
         """Whether the engines get the grouped CPU LoRA kernels (serving.engine.lora_kernels)."""
-        return self.device == "cpu" and self.lora.cpu_kernels == "grouped"
+        return self.cpu_lora_kernels == "grouped"
 
     @classmethod
     def from_file(cls, path: str | Path) -> ServingConfig:

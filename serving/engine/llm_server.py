@@ -1,7 +1,7 @@
 """Replica side of the LoRA path: ``GatewayLLMServer`` (Ray Serve LLM's ``server_cls`` hook).
 
-It swaps Ray's adapter loader for :class:`VerifiedLoraLoader`, which fixes two gaps of Ray
-Serve LLM 2.60's loader:
+It swaps Ray's adapter loader for :class:`VerifiedLoraLoader`, which fixes these gaps of Ray
+Serve LLM's loader (the same in 2.58.1 and 2.60.0; Ray's names come through :mod:`serving.compat`):
 
 * a download is verified before vLLM sees it (both files present, config is JSON, the weights
   parse as safetensors with LoRA tensors, and the files hash to the version they were fetched as:
@@ -45,11 +45,17 @@ import shutil
 import time
 
 from ray import serve
-from ray.llm._internal.serve.core.server.llm_server import LLMServer
-from ray.llm._internal.serve.utils.lora_serve_utils import LoraMirrorConfig, LoraModelLoader
-from ray.serve.multiplex import _ModelMultiplexWrapper
 
 from serving.adapters import AdapterStore, ModelId, spec_from_env, verify_adapter_folder
+from serving.compat import (
+    MULTIPLEX_ATTR,
+    LLMServer,
+    LoraMirrorConfig,
+    LoraModelLoader,
+    ModelMultiplexWrapper,
+    engine_client,
+    served_models,
+)
 from serving.engine import cpu_affinity, replica_timing
 from serving.engine.lora_coverage import module_count, refusal, take_report
 from serving.errors import (
@@ -149,10 +155,7 @@ def metric_tags(adapter: ModelId) -> dict[str, str]:
 #: registration, where the load's phases are counted together).
 LOAD_SECONDS: dict[str, dict[str, float]] = {}
 
-MULTIPLEX_ATTR = "__serve_multiplex_wrapper"  # where serve.multiplexed keeps its per-function LRU
-
-
-class PinnedLRU(_ModelMultiplexWrapper):
+class PinnedLRU(ModelMultiplexWrapper):
     """Ray's per-replica adapter LRU that never evicts a pinned adapter, removes an evicted one from
     the engine, and keeps each adapter's last use (for ``adapters where``)."""
 
@@ -210,7 +213,7 @@ class GatewayLLMServer(LLMServer):
     async def start(self):
         with cpu_affinity.engine_start():  # a replica Serve restarted after `up` moved the session
             await super().start()
-        client = getattr(self.engine, "_engine_client", None)
+        client = engine_client(self.engine)
         if client is not None:  # each request's first-token instant, for its Server-Timing parts
             replica_timing.time_first_token(client)
         await self._install_coverage_check()
@@ -264,14 +267,14 @@ class GatewayLLMServer(LLMServer):
     async def remove_from_engine(self, model_id: str) -> None:
         """Drop an evicted adapter from vLLM's served names and its LoRA cache."""
         try:
-            from vllm.entrypoints.serve.lora.protocol import UnloadLoRAAdapterRequest
+            from serving.compat import UnloadLoRAAdapterRequest
 
-            models = getattr(self.engine, "_oai_models", None)
+            models = served_models(self.engine)
             request = models.lora_requests.get(model_id) if models is not None else None
             if request is None:
                 return
             await models.unload_lora_adapter(UnloadLoRAAdapterRequest(lora_name=model_id))
-            client = getattr(self.engine, "_engine_client", None)
+            client = engine_client(self.engine)
             if client is not None:
                 await client.remove_lora(request.lora_int_id)
         except Exception:  # noqa: BLE001 - a failed removal leaves it to vLLM's own LRU
@@ -282,7 +285,7 @@ class GatewayLLMServer(LLMServer):
         asks for vision-tower LoRA that this engine cannot apply."""
         if self._llm_config.lora_config is None:
             return
-        supported = await self.engine._engine_client.collective_rpc("lora_coverage_install")
+        supported = await engine_client(self.engine).collective_rpc("lora_coverage_install")
         if not self._llm_config.engine_kwargs.get("enable_tower_connector_lora"):
             return
         if not all(supported):
@@ -294,8 +297,8 @@ class GatewayLLMServer(LLMServer):
     async def _ask_coverage(self, model_id: str) -> dict:
         """The engine's coverage report of a registered adapter through the ``lora_coverage`` RPC (where
         the worker left none at registration)."""
-        request = self.engine._oai_models.lora_requests.get(model_id)
-        reports = await self.engine._engine_client.collective_rpc("lora_coverage", args=(request.lora_int_id,))
+        request = served_models(self.engine).lora_requests.get(model_id)
+        reports = await engine_client(self.engine).collective_rpc("lora_coverage", args=(request.lora_int_id,))
         return reports[0]
 
     async def ensure_resident(self, model_id: str) -> None:
@@ -322,7 +325,7 @@ class GatewayLLMServer(LLMServer):
         self._raise_if_refused(model_id)
         task = self._lora_registrations.get(model_id)
         if task is None:
-            if model_id in self.engine._oai_models.lora_requests:
+            if model_id in served_models(self.engine).lora_requests:
                 return  # registered and checked by an earlier request (a refused one was removed): every
                 # request of a resident adapter passes here, so it costs nothing
             task = asyncio.ensure_future(self._register_whole(model_id, disk_lora_model))

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from serving.compat import registered_lora, worker_lora_manager
+
 log = logging.getLogger(__name__)
 
 COVERAGE_QUALNAME = f"{__name__}.LoraCoverageExtension"
@@ -62,7 +64,7 @@ def _is_zero(weights: Any) -> bool:
 
 def coverage_of(manager: Any, lora_id: int) -> dict[str, Any]:
     """The registered adapter ``lora_id``'s modules that ``manager`` (vLLM's LoRAModelManager) left out."""
-    lora = manager._registered_adapters.get(lora_id)
+    lora = registered_lora(manager, lora_id)
     if lora is None:
         return {"registered": False}
     mapping = manager.mm_mapping if getattr(manager, "supports_mm", False) else None
@@ -76,7 +78,7 @@ class LoraCoverageExtension:
     """Mixed into vLLM's worker class: RPCs that report what its LoRA manager applies."""
 
     def _lora_manager(self) -> Any:
-        return self.model_runner.lora_manager._adapter_manager  # type: ignore[attr-defined]
+        return worker_lora_manager(self)
 
     def lora_coverage(self, lora_id: int) -> dict[str, Any]:
         return coverage_of(self._lora_manager(), lora_id)

@@ -26,7 +26,8 @@ from collections import Counter
 from typing import Any
 
 import torch
-from vllm.lora.punica_wrapper.punica_cpu import PunicaWrapperCPU
+
+from serving.compat import PunicaWrapperCPU
 
 # A child of vLLM's logger: in the engine's processes only vLLM's logger has a handler, and this
 # module's one INFO line (the kernels are active) belongs with the engine's own log lines.
@@ -250,7 +251,7 @@ class GroupedPunicaWrapperCPU(PunicaWrapperCPU):
 def install() -> bool:
     """Point vLLM's CPU platform at :class:`GroupedPunicaWrapperCPU` (in this process); False when
     the current platform is not the CPU one (GPU engines keep their Punica kernels)."""
-    from vllm.platforms import current_platform
+    from serving.compat import current_platform
 
     if not current_platform.is_cpu():
         return False

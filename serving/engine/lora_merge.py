@@ -122,10 +122,8 @@ def install(slots: int | None = None) -> MergedCache | None:
     import torch
 
     try:
-        from vllm.lora.layers.base_linear import BaseLinearLayerWithLoRA
-        from vllm.lora.model_manager import LoRAModelManager
-        from vllm.model_executor.layers import utils as layer_utils
-    except ImportError:
+        from serving.compat import BaseLinearLayerWithLoRA, LoRAModelManager, layer_utils
+    except ImportError:  # serving.compat.InternalsMissing: this vLLM lacks what merging hooks into
         return None
     stock_dispatch = layer_utils.dispatch_cpu_unquantized_gemm
     cache = MergedCache(slots, _packer(stock_dispatch))

@@ -31,7 +31,7 @@ class GroupedLoraWorkerExtension(LoraCoverageExtension):
     """Mixed into vLLM's worker class; ``lora_kernel_stats`` reports what the grouped kernels did."""
 
     def lora_kernel_stats(self) -> dict[str, Any]:
-        from vllm.platforms import current_platform
+        from serving.compat import current_platform
 
         merged = MERGED.stats if MERGED is not None else {}
         return {"installed": INSTALLED, "punica_wrapper": current_platform.get_punica_wrapper(), **STATS,

@@ -8,7 +8,8 @@ app, routes, auth, limits, errors, metrics, adapter resolution) but it construct
 :class:`LocalServerHandle`, an in-process stand-in for the ``DeploymentHandle`` that
 ``OpenAiIngress`` calls. A request then goes proxy -> one replica.
 
-Ray Serve LLM 2.60 internals this relies on (all in ``ray.llm._internal.serve``):
+Ray Serve LLM internals this relies on (all in ``ray.llm._internal.serve``, the same in 2.58.1 and 2.60.0;
+the names come through :mod:`serving.compat`):
 
 * ``OpenAiIngress`` keeps per-model handles in ``_default_serve_handles``, configures them with
   ``.options(stream=True[, multiplexed_model_id=...][, session_id=...])`` and calls
@@ -26,13 +27,11 @@ is asked for, ``adapters_per_replica`` at most).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ray.serve import context as serve_context
-
+from serving.compat import serve_request_model
 from serving.ingress.gateway import GatewayIngress
 
 log = logging.getLogger(__name__)
@@ -77,13 +76,8 @@ class _LocalMethod:
 
     async def _call(self, args: tuple, kwargs: dict) -> Any:
         h = self._handle
-        var = serve_context._serve_request_context
-        current = serve_context._get_serve_request_context()
-        token = var.set(dataclasses.replace(current, multiplexed_model_id=h._model_id))
-        try:
+        with serve_request_model(h._model_id):  # one task throughout: the context's token stays valid
             return await getattr(h._server, self._method)(*args, **kwargs)
-        finally:
-            var.reset(token)  # same task, no yield in between: the token is valid here
 
     async def _stream(self, args: tuple, kwargs: dict) -> AsyncIterator[Any]:
         result = await self._call(args, kwargs)

@@ -37,10 +37,6 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from ray.llm._internal.serve.core.configs.openai_api_models import OpenAIHTTPException
-from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS, OpenAiIngress
-from ray.llm._internal.serve.core.ingress.ingress import init as ray_ingress_app
-from ray.llm._internal.serve.core.ingress.middleware import get_request_id
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
@@ -55,6 +51,8 @@ from serving.auth import (
     request_stream_usage,
     visible,
 )
+from serving.compat import DEFAULT_ENDPOINTS, OpenAIHTTPException, OpenAiIngress, get_request_id
+from serving.compat import ingress_app as ray_ingress_app
 from serving.config import ServingConfig
 from serving.errors import (
     AdapterLoadFailed,

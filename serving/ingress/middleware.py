@@ -25,11 +25,10 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from ray.llm._internal.serve.core.configs.openai_api_models import OpenAIHTTPException
-from ray.llm._internal.serve.utils.server_utils import get_response_for_error
 from starlette.exceptions import HTTPException
 from starlette.middleware.base import BaseHTTPMiddleware
 
+from serving.compat import OpenAIHTTPException, error_status
 from serving.errors import BadRequest, RequestTooLarge, ServingError
 from serving.ingress.server_timing import HEADER as TIMING_HEADER
 from serving.ingress.server_timing import TIMING, RequestTiming
@@ -89,7 +88,7 @@ def _classify(exc: BaseException, request_id: str | None) -> tuple[int, str, Any
     if isinstance(exc, HTTPException):
         return exc.status_code, "invalid_request_error", exc.status_code, str(exc.detail), exc.status_code < 500
     # Anything else: the status Ray gives it (vLLM's client errors and pydantic's are 400s).
-    status = get_response_for_error(exc, request_id).error.code
+    status = error_status(exc, request_id)
     return status, "invalid_request_error", status, str(exc)[:500], status < 500
 
 

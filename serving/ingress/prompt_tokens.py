@@ -22,15 +22,14 @@ COUNT_TIMEOUT_S = 10.0  # a tokenize call takes milliseconds; a stuck one must n
 def _tokenize_requests(body) -> tuple[list, int]:
     """The tokenize requests that count ``body``'s prompt, and the tokens already known without one
     (a completion prompt given as token ids)."""
-    from ray.llm._internal.serve.core.ingress.utils import _sanitize_chat_completion_request
-    from vllm.entrypoints.serve.tokenize.protocol import TokenizeChatRequest, TokenizeCompletionRequest
+    from serving.compat import TokenizeChatRequest, TokenizeCompletionRequest, sanitize_chat_request
 
     if getattr(body, "messages", None) is not None:
         # Every field the two share (template, its kwargs, tools, generation prompt, special tokens):
         # the prompt is rendered as the chat request's was.
         shared = set(TokenizeChatRequest.model_fields) & set(type(body).model_fields) - {"model"}
         request = TokenizeChatRequest.model_validate({f: getattr(body, f) for f in shared})
-        return [_sanitize_chat_completion_request(request)], 0  # Ray's fix: content parts a Ray call can send
+        return [sanitize_chat_request(request)], 0  # Ray's fix: content parts a Ray call can send
     prompt = getattr(body, "prompt", None)
     prompts = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else list(prompt or [])
     special = getattr(body, "add_special_tokens", True)

@@ -46,9 +46,9 @@ def replica_status(app: str) -> dict[str, dict[str, Any]] | None:
     thread); None when the controller cannot be asked."""
     try:
         # Serve's public status() omits the target replica count; the client's details hold it.
-        from ray.serve.context import _get_global_client
+        from serving.compat import serve_controller_client
 
-        return summarize_replicas(_get_global_client().get_serve_details(), app)
+        return summarize_replicas(serve_controller_client().get_serve_details(), app)
     except Exception:  # readiness must answer even when the controller does not
         log.warning("replica status unavailable", exc_info=True)
         return None

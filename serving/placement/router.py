@@ -35,8 +35,9 @@ import random
 import time
 from collections.abc import Sequence
 
-from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
 from ray.serve.request_router import PendingRequest, RunningReplica
+
+from serving.compat import PowerOfTwoChoicesRequestRouter
 
 SAMPLE = 2  # replicas sampled from a large rank (power of two choices)
 ASSUMED_HOLDER_S = 10.0  # a load is broadcast within a second or two; a router's own pick stands in until then

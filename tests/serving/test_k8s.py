@@ -75,6 +75,46 @@ def test_production_config_matches_the_reference():
     assert cfg.replicas.min_replicas == cfg.replicas.max_replicas == 1
 
 
+def test_the_gpu_manifest_carries_no_cpu_engine_setting():
+    """The production (GPU) config leaves every CPU engine's setting unset or off, and its manifest does not
+    name the CPU LoRA kernels at all (a rendered `cpu_kernels: grouped` read as if it applied)."""
+    cfg = ServingConfig.shipped("production")
+    assert cfg.lora.cpu_kernels is None and cfg.cpu_lora_kernels is None and not cfg.grouped_cpu_lora
+    assert (cfg.lora.cpu_merged_slots, cfg.cpu_affinity, cfg.allocator) == (0, "none", "system")
+    assert not [k for k in cfg.env if k.startswith("VLLM_CPU_")]
+    config = yaml.safe_load(render_rayservice(cfg)["spec"]["serveConfigV2"])["applications"][0]["args"]["config"]
+    assert "cpu_kernels" not in config["lora"]
+    assert [ServingConfig.shipped(n).cpu_lora_kernels for n in ("embedded", "cluster")] == ["grouped", "grouped"]
+
+
+@pytest.mark.parametrize("patch, named", [
+    ({"lora": {"cpu_kernels": "grouped"}}, "lora.cpu_kernels 'grouped' picks a CPU engine's LoRA arithmetic"),
+    ({"lora": {"cpu_kernels": "vllm"}}, "lora.cpu_kernels 'vllm'"),
+    ({"lora": {"cpu_merged_slots": 2}}, "lora.cpu_merged_slots keeps merged weights"),
+    ({"cpu_affinity": "split"}, "cpu_affinity 'split' places a CPU engine's worker"),
+    ({"allocator": "jemalloc"}, "allocator 'jemalloc' preloads a CPU engine's malloc"),
+    ({"env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HOME": "/x"}}, "env ['VLLM_CPU_KVCACHE_SPACE'] is read by vLLM's CPU"),
+])
+def test_cpu_only_settings_are_refused_on_a_gpu_config(patch, named):
+    data = ServingConfig.shipped("production").model_dump(mode="json")
+    for key, value in patch.items():
+        data[key] = {**data[key], **value} if key == "lora" else value
+    with pytest.raises(ValueError) as caught:
+        ServingConfig.model_validate(data)
+    message = str(caught.value)
+    assert "this config's device is 'gpu', and it sets what only a CPU engine uses" in message
+    assert named in message and "docs/gpu.md" in message
+    data["device"] = "cpu"  # the same settings on a CPU config are the CPU engine's own
+    assert ServingConfig.model_validate(data).device == "cpu"
+
+
+def test_every_cpu_only_setting_is_named_at_once():
+    data = ServingConfig.shipped("production").model_dump(mode="json")
+    data["lora"]["cpu_merged_slots"], data["allocator"] = 2, "jemalloc"
+    with pytest.raises(ValueError, match="lora.cpu_merged_slots .*; allocator 'jemalloc'"):
+        ServingConfig.model_validate(data)
+
+
 @pytest.mark.parametrize(
     "patch, match",
     [

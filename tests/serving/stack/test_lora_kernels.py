@@ -28,7 +28,7 @@ def _engine_log_lines(pattern: str) -> list[str]:
 
 
 def test_the_engine_worker_uses_the_grouped_kernels(stack):
-    assert stack.cfg.lora.cpu_kernels == "grouped"
+    assert stack.cfg.cpu_lora_kernels == "grouped"  # unset in the embedded config: the CPU default
     stack.first_logprobs(f"{stack.base}:maze-grpo")  # the engine has run an adapter step
     assert _engine_log_lines("Using GroupedPunicaWrapperCPU")
     assert _engine_log_lines("grouped CPU LoRA kernels active")
