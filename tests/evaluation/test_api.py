@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import socket
-import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
 
 from agent.tools.scripted_server import create_app
 from evaluation import EvalConfig, evaluate
 from evaluation.api import router
+from tests.support.uvicorn_thread import serving
 from tests.support.net_trap import ConnectionTrap
 
 
@@ -28,20 +26,9 @@ def gateway():
 
 @contextlib.contextmanager
 def _serve(app):
-    """``app`` served by uvicorn on a free 127.0.0.1 port in a thread; yields its base URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    """``app`` on uvicorn on a free 127.0.0.1 port in a thread; yields its base URL."""
+    with serving(app) as url:
+        yield url.removesuffix("/v1")
 
 
 def test_post_episode_returns_the_trajectory(gateway):

@@ -13,14 +13,10 @@ seed's shares its fate: :func:`maze_key` says which.
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from functools import lru_cache
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
@@ -29,6 +25,7 @@ from agent.runner.policies import last_image, read_frame, solver_reply
 from serving.adapters import AdapterStore, ModelId
 from serving.config import ServingConfig
 from serving.errors import AdapterNotFound, ServingError
+from tests.support.uvicorn_thread import serving  # noqa: F401 - its users take it from here too
 
 
 def _key(frame) -> bytes:
@@ -114,21 +111,3 @@ class GateServer:
                     "usage": {"prompt_tokens": 64, "completion_tokens": 6, "total_tokens": 70}}
 
         return app
-
-
-@contextlib.contextmanager
-def serving(app: FastAPI) -> Iterator[str]:
-    """``app`` served by uvicorn on a free 127.0.0.1 port in a thread; yields its OpenAI base URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
