@@ -199,24 +199,27 @@ class GateMiddleware:
     def _sender(self, send, state: dict, extra: list, scanner: UsageScanner | None, caller: Caller):
         """``send`` with the key's headers added, the stream's usage read (and taken out where the
         gateway asked for it), and ``Retry-After`` on a route's 503 for the limit store."""
-        held = []  # a 503's start, until its body says whether the limit store is why
+        # The start is held until the first body message: its usage is read before anything is sent,
+        # so an answer whose client has gone (the send fails) is still charged; and a 503's body says
+        # whether the limit store is why.
+        held = []
 
         async def gated_send(message):
             if message["type"] == "http.response.start":
                 state["status"], state["started"] = message["status"], True
                 if extra:
                     message = {**message, "headers": [*message.get("headers", ()), *extra]}
-                if message["status"] == 503:
-                    held.append(message)
-                    return
-            elif message["type"] == "http.response.body":
+                held.append(message)
+                return
+            if message["type"] == "http.response.body":
                 body = message.get("body", b"")
                 if scanner is not None:
                     kept = scanner.feed(body, caller.hide_chunk_usage, caller.hide_final_usage)
                     if kept is not body:
                         message = {**message, "body": kept}
                 if held:
-                    await send(self._store_down_start(held.pop(), body))
+                    start = held.pop()
+                    await send(self._store_down_start(start, body) if start["status"] == 503 else start)
             await send(message)
 
         return gated_send

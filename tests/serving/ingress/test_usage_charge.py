@@ -210,6 +210,32 @@ async def test_a_json_request_left_before_its_answer_is_charged_its_prompt(s3_se
     assert [r.messages for r in engine.tokenized] == [MESSAGES]
 
 
+async def test_a_json_answer_whose_client_has_gone_is_charged_what_it_used(s3_server, monkeypatch):
+    """The answer is ready but the client's connection is gone: sending the response's start fails.
+    The gate reads the answer's usage before anything is sent, so it is charged all the same (before,
+    the start was sent first, its failure ended the request and the answer's usage was never read)."""
+    engine = ScriptedEngine()
+    gateway = gateway_on(engine, s3_server, monkeypatch)
+    body = json.dumps(chat(None, stream=False)).encode()
+    requested = [False]
+
+    async def receive():
+        if not requested[0]:
+            requested[0] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()
+
+    async def send(message):
+        raise OSError("the client's connection is gone")
+
+    with pytest.raises(OSError):
+        await asyncio.wait_for(gateway.app(stream_scope(LIMITED, "", "/v1/chat/completions"), receive, send), 10)
+    row, remaining = await charged(gateway)
+    prompt = engine.count(MESSAGES)
+    assert (row["requests"], row["prompt_tokens"], row["completion_tokens"]) == (1, prompt, 1)  # its answer's
+    assert remaining == 120 - prompt - 1
+
+
 async def test_an_answered_json_request_costs_no_tokenize_call(s3_server, monkeypatch):
     engine = ScriptedEngine()
     gateway = gateway_on(engine, s3_server, monkeypatch)
