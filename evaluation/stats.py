@@ -25,11 +25,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+def p_one_sided(wins: int, losses: int) -> float:
+    """P(at least ``wins`` heads in ``wins + losses`` fair flips): the exact one-sided p-value (1 with none)."""
+    n = wins + losses
+    return sum(math.comb(n, i) for i in range(wins, n + 1)) / 2 ** n if n else 1.0
+
+
 def mcnemar_exact(only_a: int, only_b: int) -> float:
-    """Two-sided exact McNemar p-value from the discordant pair counts (binomial, p = 1/2)."""
-    n = only_a + only_b
-    if n == 0:
-        return 1.0
-    k = min(only_a, only_b)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    """Two-sided exact McNemar p-value from the discordant pair counts (binomial, p = 1/2): twice the
+    one-sided tail of the larger count (the binomial is symmetric)."""
+    return min(1.0, 2 * p_one_sided(max(only_a, only_b), min(only_a, only_b)))

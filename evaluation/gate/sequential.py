@@ -36,6 +36,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Literal
 
+from evaluation.stats import p_one_sided
+
 Method = Literal["spending", "bonferroni"]
 Verdict = Literal["better", "worse", "undecided", "continue"]
 
@@ -71,12 +73,6 @@ class Design:
                 if self.method == "spending" else f"Bonferroni alpha/{len(self.looks)} per look")
         return (f"exact one-sided binomial on discordant seeds, group-sequential at {looks} seeds, {rule}, "
                 f"at least {self.min_discordant} discordant")
-
-
-def p_one_sided(wins: int, losses: int) -> float:
-    """P(at least ``wins`` heads in ``wins + losses`` fair flips): the exact one-sided p-value (1 with none)."""
-    n = wins + losses
-    return sum(math.comb(n, i) for i in range(wins, n + 1)) / 2 ** n if n else 1.0
 
 
 def _tail_counts(counts: Sequence[int]) -> list[int]:
