@@ -58,8 +58,11 @@ def test_reports_round_trip_and_go_stale(placement):
     placement.write_report("r2", {"node": "127.0.0.4", "resident": []})
     reports = placement.reports()
     assert [r["replica"] for r in reports] == ["r1", "r2"] and not any(r["stale"] for r in reports)
-    later = placement.reports(now=reports[0]["updated_at"] + REPORT_STALE_S + 1)
-    assert all(r["stale"] for r in later)
+    # Each report goes stale on its own clock: r2 may be written seconds after r1 on a loaded machine.
+    newest = max(r["updated_at"] for r in reports)
+    assert all(r["stale"] for r in placement.reports(now=newest + REPORT_STALE_S + 1))
+    oldest = min(r["updated_at"] for r in reports)
+    assert not any(r["stale"] for r in placement.reports(now=oldest + REPORT_STALE_S - 1))
     placement.remove_report("r2")
     assert [r["replica"] for r in placement.reports()] == ["r1"]
 
