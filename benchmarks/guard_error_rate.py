@@ -1,0 +1,379 @@
+"""The live guard's error rates measured, not assumed: its ledger judged on simulated live traffic.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/guard_error_rate.py [--null-runs 10000] [--alt-runs 2000]
+        [--control-runs 5000] [--variant-alt-runs 1000] [--check 20]
+
+Each simulated canary is judged as the gateway judges one (``serving.guard.ledger``, the default
+policy of ``adapters.guard`` with ``promote`` on, so promotions are measured: alpha 0.05 each way,
+at least 6 discordant pairs). Sessions start as a Poisson stream (``--rate`` a turn); each goes to
+the canary with probability ``w`` (0.1 and 0.5, as the session split does) and solves its maze with
+its arm's probability. A session's length depends on its outcome, as an episode's does: a solved
+maze ends after 8-12 turns, a failed one at the 40-turn limit, each turn 0.8-1.2 time units. The
+ledger takes the outcomes in order of completion, so an arm's fast (solved) outcomes reach it before
+its slow ones: what the pairing of outcomes by arrival has to stand up to. A run ends at a verdict
+(rollback or promote) or, undecided, once every session started until the canary's ``--budget``-th
+one has reported.
+
+The canary starts on a live name: the stable version's sessions already in flight at that moment
+report after it and count (``warm``, the default), as they do in the gateway. Variants: the maze
+difficulty mix drifting over time (both arms' solve probabilities moved together on the logit
+scale, ``drift``); and, as controls that isolate a cause, both arms starting together (``cold``) and
+sessions whose length does not depend on their outcome (``independent``).
+
+The ledger's bookkeeping is replayed in bulk: the last-in-first-out pairing as the matching of a
+walk's up and down steps, the verdict read from a table of the real ``judge`` over (wins, losses).
+A run whose pairing could meet the waiting line's bound (``pending_max``) is replayed through the
+real ``fold`` and ``judge``, and ``--check`` runs are replayed through both and must agree on the
+verdict and the outcome it came at.
+
+Reported per scenario: the share of runs rolled back, promoted and undecided; under the null (canary
+= stable) the false-rollback and false-promotion rates with exact Clopper-Pearson 95% intervals;
+under effects (+5, +10, +20 and -5, -10, -20 points, capped at 0.99, and the base model as the
+canary: 44% against 97%) the share decided the right way (power) and the wrong way (with its
+interval), and the canary outcomes, all outcomes and canary sessions started until a decision
+(mean, median, p95 over the decided runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.gate_error_rate import clopper_pearson  # noqa: E402
+from benchmarks.support.provenance import provenance  # noqa: E402
+from serving.config import GuardPolicy  # noqa: E402
+from serving.guard.ledger import Outcome, fold, fresh, judge  # noqa: E402
+
+STABLE_P = (0.44, 0.90, 0.97)
+EFFECTS = (0.05, 0.10, 0.20, -0.05, -0.10, -0.20)
+BASE_AS_CANARY = (0.97, 0.44)  # (stable, canary): the untrained base against the GRPO version
+CANARY_SHARES = (0.1, 0.5)
+P_CAP = 0.99
+SOLVED_TURNS, TURN_LIMIT, PACE = (8, 12), 40, (0.8, 1.2)
+DRIFT_LOGIT, DRIFT_PERIOD = 1.0, 200.0  # amplitude on the logit scale; period in time units (turns)
+RATE, BUDGET = 4.0, 2000  # sessions started a turn; canary sessions a run may take
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One simulated setting: the arms' solve probabilities, the canary's share, how the canary
+    starts (``warm``: on a name already serving; ``cold``: both arms from nothing), whether session
+    length depends on the outcome, the drift's amplitude (logit), sessions a turn, and the budget."""
+
+    stable: float
+    canary: float
+    share: float
+    start: str = "warm"
+    durations: str = "outcome"
+    drift: float = 0.0
+    rate: float = RATE
+    budget: int = BUDGET
+
+
+def policy() -> GuardPolicy:
+    return GuardPolicy(promote=True)
+
+
+def verdict_table(pol: GuardPolicy, n_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each count ``n`` of discordant pairs up to ``n_max``: the most wins that the real
+    ``judge`` rolls back at (-1: none) and the fewest it promotes at (n + 1: none). Both bounds only
+    rise with ``n`` (a loss more can only add to the evidence of harm), so each is walked up once."""
+    doc = fresh("sim", "c" * 12, "start", "s" * 12)
+
+    def action(wins: int, losses: int) -> str | None:
+        found = judge({**doc, "pairs": {"wins": wins, "losses": losses, "ties": 0}}, pol)
+        return found.action if found else None
+
+    roll, prom = np.full(n_max + 1, -1, dtype=np.int64), np.arange(1, n_max + 2, dtype=np.int64)
+    r, p = -1, 0
+    for n in range(pol.min_discordant, n_max + 1):
+        while r + 1 <= n and action(r + 1, n - r - 1) == "rollback":
+            r += 1
+        while p <= n and action(p, n - p) != "promote":
+            p += 1
+        roll[n], prom[n] = r, p
+    return roll, prom
+
+
+def iid_reference(table: tuple[np.ndarray, np.ndarray], pairs: int) -> dict:
+    """The exact rollback and promotion probabilities of the verdict table on ``pairs`` discordant pairs
+    that are independent fair coins (a valid pairing's null): what the simulated null should match."""
+    roll, prom = table
+    alive = np.zeros(pairs + 1)
+    alive[0] = 1.0  # alive[w]: probability of w wins and no verdict yet
+    rolled = promoted = 0.0
+    for n in range(1, pairs + 1):
+        alive = 0.5 * alive + 0.5 * np.r_[0.0, alive[:-1]]
+        wins = np.arange(pairs + 1)
+        rb, pr = (wins <= roll[n]) & (wins <= n), (wins >= prom[n]) & (wins <= n)
+        rolled, promoted = rolled + alive[rb].sum(), promoted + alive[pr].sum()
+        alive[rb | pr] = 0.0
+    return {"pairs": pairs, "rollback": round(float(rolled), 4), "promote": round(float(promoted), 4)}
+
+
+def solve_prob(base: float, starts: np.ndarray, sc: Scenario, phase: float) -> np.ndarray:
+    if not sc.drift:
+        return np.full(starts.shape, base)
+    logit = math.log(base / (1 - base)) + sc.drift * np.sin(2 * math.pi * starts / DRIFT_PERIOD + phase)
+    return 1 / (1 + np.exp(-logit))
+
+
+def traffic(rng: np.random.Generator, sc: Scenario) -> dict[str, np.ndarray]:
+    """One run's sessions in order of completion: ``canary`` (bool), ``solved`` (bool), ``end``
+    (time), and the canary's start times (sorted), for counting sessions exposed to it."""
+    size = int(sc.budget / sc.share * 1.2) + 64
+    while True:
+        starts = np.cumsum(rng.exponential(1 / sc.rate, size))
+        canary = rng.random(size) < sc.share
+        if canary.sum() >= sc.budget:
+            break
+        size *= 2
+    last = np.flatnonzero(canary)[sc.budget - 1]
+    starts, canary = starts[: last + 1], canary[: last + 1]
+    if sc.start == "warm":  # the stable version's sessions in flight when the canary starts
+        longest = TURN_LIMIT * PACE[1]
+        before = np.sort(rng.uniform(-longest, 0, rng.poisson(sc.rate * (1 - sc.share) * longest)))
+        starts, canary = np.concatenate([before, starts]), np.concatenate([np.zeros(len(before), bool), canary])
+    phase = rng.uniform(0, 2 * math.pi)
+    p = np.where(canary, solve_prob(sc.canary, starts, sc, phase), solve_prob(sc.stable, starts, sc, phase))
+    solved = rng.random(len(starts)) < p
+    short = rng.random(len(starts)) < p if sc.durations == "independent" else solved
+    turns = np.where(short, rng.integers(SOLVED_TURNS[0], SOLVED_TURNS[1] + 1, len(starts)), TURN_LIMIT)
+    end = starts + turns * rng.uniform(*PACE, len(starts))
+    keep = end > 0  # outcomes reported before the canary started belong to no ledger
+    order = np.argsort(end[keep], kind="stable")
+    return {"canary": canary[keep][order], "solved": solved[keep][order], "end": end[keep][order],
+            "canary_starts": np.sort(starts[canary])}
+
+
+def pairs_of(canary: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ledger's pairs as (waiting, arriving) indices in order of arrival, for an unbounded waiting
+    line, and the line's length after each outcome: an outcome waits until one of the other arm arrives and takes the newest waiting. That is
+    last in, first out, so with ``h`` the canary's outcomes less the stable's, an outcome moving
+    ``h`` away from 0 waits and is taken by the next one to cross the same edge of ``h`` back."""
+    step = np.where(canary, 1, -1)
+    h = np.cumsum(step)
+    # int16 sorts by radix, in linear time (|h| stays below the outcome count)
+    edge = np.where(canary, h - 1, h).astype(np.int16 if len(h) < 32000 else np.int32)
+    order = np.argsort(edge, kind="stable")
+    ranked = edge[order]
+    first = np.r_[True, ranked[1:] != ranked[:-1]]
+    rank = np.arange(len(order)) - np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+    taken = np.flatnonzero(rank % 2 == 1)
+    partner = np.full(len(h), -1)
+    partner[order[taken]] = order[taken - 1]
+    arriving = np.flatnonzero(partner >= 0)
+    return partner[arriving], arriving, np.abs(h)
+
+
+def fast_verdict(run: dict[str, np.ndarray], table: tuple[np.ndarray, np.ndarray],
+                 pending_max: int) -> tuple[str | None, int] | None:
+    """The verdict and the index of the outcome it came at (undecided: None and the outcome count),
+    or None where the waiting line's bound could change a pair (replay that run)."""
+    waiting, arriving, line = pairs_of(run["canary"])
+    can = np.where(run["canary"][arriving], arriving, waiting)
+    sta = np.where(run["canary"][arriving], waiting, arriving)
+    diff = run["solved"][can].astype(np.int8) - run["solved"][sta].astype(np.int8)
+    disc = diff != 0
+    wins, at = np.cumsum(diff[disc] > 0), arriving[disc]
+    n = np.arange(1, len(wins) + 1)
+    roll, prom = table
+    if len(n) and n[-1] >= len(roll):
+        raise ValueError(f"the verdict table covers {len(roll) - 1} discordant pairs, the run has {n[-1]}")
+    hit = np.flatnonzero((wins <= roll[n]) | (wins >= prom[n]))
+    end = at[hit[0]] if len(hit) else len(run["canary"]) - 1
+    if bounded(waiting, arriving, line, end, pending_max):
+        return None
+    if not len(hit):
+        return None, len(run["canary"])
+    k = hit[0]
+    return ("rollback" if wins[k] <= roll[n[k]] else "promote"), int(at[k])
+
+
+def bounded(waiting: np.ndarray, arriving: np.ndarray, line: np.ndarray, end: int, pending_max: int) -> bool:
+    """Whether the bound on the waiting line drops an outcome that a pair up to outcome ``end`` takes:
+    the line keeps its newest ``pending_max``, so a waiting outcome is dropped once that many
+    have come above it."""
+    if line[: end + 1].max(initial=0) <= pending_max:
+        return False
+    for k in np.flatnonzero((arriving - waiting > pending_max) & (arriving <= end)):
+        i, j = waiting[k], arriving[k]
+        if line[i:j].max() - line[i] + 1 > pending_max:
+            return True
+    return False
+
+
+def ledger_verdict(run: dict[str, np.ndarray], pol: GuardPolicy) -> tuple[str | None, int]:
+    """The same through the real ledger: every outcome folded in, the ledger judged after each."""
+    doc = fresh("sim", "c" * 12, "start", "s" * 12)
+    for i, (is_canary, solved) in enumerate(zip(run["canary"].tolist(), run["solved"].tolist())):
+        doc = fold(doc, "canary" if is_canary else "stable", f"session-{i}", Outcome(solved=solved), pol.pending_max)
+        found = judge(doc, pol)
+        if found:
+            return found.action, i
+    return None, len(run["canary"])
+
+
+def spread(values: list[int]) -> dict | None:
+    if not values:
+        return None
+    arr = np.asarray(values)
+    return {"mean": round(float(arr.mean()), 1), "median": float(np.median(arr)),
+            "p95": round(float(np.percentile(arr, 95)), 1)}
+
+
+def interval(k: int, n: int) -> list[float]:
+    return [round(v, 4) for v in clopper_pearson(k, n)]
+
+
+def simulate(sc: Scenario, runs: int, seed: int, table: tuple[np.ndarray, np.ndarray], pol: GuardPolicy) -> dict:
+    """``runs`` canaries of scenario ``sc``: verdict shares, intervals and outcomes to a decision."""
+    rng = np.random.default_rng(seed)
+    counts, replayed = {"rollback": 0, "promote": 0, None: 0}, 0
+    to_decision: dict[str, list[int]] = {"canary_outcomes": [], "outcomes": [], "canary_sessions_started": []}
+    for _ in range(runs):
+        run = traffic(rng, sc)
+        found = fast_verdict(run, table, pol.pending_max)
+        if found is None:
+            found, replayed = ledger_verdict(run, pol), replayed + 1
+        action, at = found
+        counts[action] += 1
+        if action:
+            to_decision["outcomes"].append(at + 1)
+            to_decision["canary_outcomes"].append(int(run["canary"][: at + 1].sum()))
+            to_decision["canary_sessions_started"].append(
+                int(np.searchsorted(run["canary_starts"], run["end"][at], side="right")))
+    out = {**asdict(sc), "runs": runs, "rollback": round(counts["rollback"] / runs, 4),
+           "promote": round(counts["promote"] / runs, 4), "undecided": round(counts[None] / runs, 4),
+           "replayed_through_ledger": replayed, "to_decision": {k: spread(v) for k, v in to_decision.items()}}
+    if sc.canary == sc.stable:
+        out.update(false_rollback_ci95=interval(counts["rollback"], runs),
+                   false_promotion_ci95=interval(counts["promote"], runs),
+                   iid_reference=iid_reference(table, round(sc.budget * 2 * sc.stable * (1 - sc.stable))))
+    else:
+        right, wrong = ("promote", "rollback") if sc.canary > sc.stable else ("rollback", "promote")
+        out.update(power=out[right], wrong=out[wrong], wrong_ci95=interval(counts[wrong], runs))
+    return out
+
+
+def alternatives() -> list[tuple[float, float]]:
+    """(stable, canary) pairs of the effects, capped at ``P_CAP``, each once, and the base as canary."""
+    found = []
+    for stable in STABLE_P:
+        for effect in EFFECTS:
+            pair = (stable, round(min(P_CAP, stable + effect), 2))
+            if pair[1] != stable and pair not in found:
+                found.append(pair)
+    return [*found, BASE_AS_CANARY]
+
+
+def check(runs: int, seed: int, table: tuple[np.ndarray, np.ndarray], pol: GuardPolicy) -> dict:
+    """``runs`` runs per checked scenario replayed through the fast path and the real ledger (at a
+    small budget, so the real ledger's per-outcome cost stays affordable, and with a short waiting
+    line on some, so the bound is met): verdicts and the outcome each came at must agree."""
+    rng_seed, agreed, total, bounded = seed, 0, 0, 0
+    cases = [Scenario(0.44, 0.44, 0.1), Scenario(0.44, 0.54, 0.5), Scenario(0.90, 0.80, 0.1, drift=DRIFT_LOGIT),
+             Scenario(0.97, 0.44, 0.5, start="cold"), Scenario(0.90, 0.90, 0.5, durations="independent")]
+    for base in cases:
+        sc = replace(base, budget=150)
+        for small in (False, True):
+            pol_here = policy().model_copy(update={"pending_max": 8}) if small else pol
+            rng = np.random.default_rng(rng_seed)
+            rng_seed += 1
+            for _ in range(runs):
+                run = traffic(rng, sc)
+                fast = fast_verdict(run, table, pol_here.pending_max)
+                bounded += fast is None
+                slow = ledger_verdict(run, pol_here)
+                agreed += fast is None or fast == slow
+                total += 1
+    return {"runs": total, "agreed": agreed, "met_the_bound": bounded, "budget": 150,
+            "pending_max": [pol.pending_max, 8]}
+
+
+def group(scenarios: list[Scenario], runs: int, seed: int, table, pol: GuardPolicy) -> tuple[list[dict], int]:
+    out = []
+    for sc in scenarios:
+        out.append(simulate(sc, runs, seed, table, pol))
+        seed += 1
+    return out, seed
+
+
+def nulls(**variant) -> list[Scenario]:
+    return [Scenario(p, p, w, **variant) for w in CANARY_SHARES for p in STABLE_P]
+
+
+def effects(**variant) -> list[Scenario]:
+    return [Scenario(stable, canary, w, **variant) for w in CANARY_SHARES for stable, canary in alternatives()]
+
+
+def held(scenarios: list[dict], pol: GuardPolicy) -> dict:
+    """The null scenarios' largest error rates, their intervals' upper ends, and whether every
+    interval lies within its alpha (the guarantee the e-values are meant to give)."""
+    top_r = max(scenarios, key=lambda s: s["false_rollback_ci95"][1])
+    top_p = max(scenarios, key=lambda s: s["false_promotion_ci95"][1])
+    return {"max_false_rollback": max(s["rollback"] for s in scenarios),
+            "max_false_rollback_ci95_high": top_r["false_rollback_ci95"][1],
+            "max_false_promotion": max(s["promote"] for s in scenarios),
+            "max_false_promotion_ci95_high": top_p["false_promotion_ci95"][1],
+            "within_alpha": all(s["false_rollback_ci95"][1] <= pol.alpha_rollback
+                                and s["false_promotion_ci95"][1] <= pol.alpha_promote for s in scenarios)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--null-runs", type=int, default=10000, help="simulated canaries per null scenario")
+    ap.add_argument("--control-runs", type=int, default=5000,
+                    help="simulated canaries per null scenario of the controls (independent lengths, other rates)")
+    ap.add_argument("--alt-runs", type=int, default=2000, help="simulated canaries per effect scenario")
+    ap.add_argument("--variant-alt-runs", type=int, default=1000,
+                    help="simulated canaries per effect scenario under drift and from a cold start")
+    ap.add_argument("--check", type=int, default=20, help="runs per checked setting replayed through the real ledger")
+    ap.add_argument("--seed", type=int, default=1, help="random seed of the first scenario (each next: +1)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "guard_error_rate.json")
+    args = ap.parse_args()
+    t0 = time.process_time()
+    pol = policy()
+    table = verdict_table(pol, BUDGET + 1)
+    checked = check(args.check, args.seed + 1000, table, pol)
+    if checked["agreed"] != checked["runs"]:
+        raise SystemExit(f"the bulk replay disagrees with the real ledger: {checked}")
+    seed, out = args.seed, {}
+    rates = [Scenario(0.44, 0.44, w, rate=r) for w in CANARY_SHARES for r in (1.0, 16.0)]
+    for key, scenarios, runs in (
+            ("null", nulls(), args.null_runs), ("null_drift", nulls(drift=DRIFT_LOGIT), args.null_runs),
+            ("null_cold", nulls(start="cold"), args.null_runs),
+            ("null_independent", nulls(durations="independent"), args.control_runs),
+            ("null_rates", rates, args.control_runs), ("effects", effects(), args.alt_runs),
+            ("effects_drift", effects(drift=DRIFT_LOGIT), args.variant_alt_runs),
+            ("effects_cold", effects(start="cold"), args.variant_alt_runs)):
+        out[key], seed = group(scenarios, runs, seed, table, pol)
+        print(f"{key}: {len(scenarios)} scenarios, {time.process_time() - t0:.0f} s", file=sys.stderr)
+    doc = {"what": "the live guard's default policy (promote on) on simulated live traffic: false rollbacks and "
+                   "promotions under the null (canary = stable), power and sessions to a decision under effects",
+           "policy": pol.model_dump(),
+           "traffic": {"rate_per_turn": RATE, "budget_canary_sessions": BUDGET,
+                       "solved_turns": list(SOLVED_TURNS), "turn_limit": TURN_LIMIT, "time_per_turn": list(PACE),
+                       "drift_logit": DRIFT_LOGIT, "drift_period_turns": DRIFT_PERIOD, "canary_cap": P_CAP},
+           "checked_against_ledger": checked, **out,
+           "summary": {"alpha_rollback": pol.alpha_rollback, "alpha_promote": pol.alpha_promote,
+                       **{key: held(out[key], pol) for key in ("null", "null_drift", "null_cold", "null_independent",
+                                                                "null_rates")}},
+           "cpu_s": round(time.process_time() - t0, 1), **provenance(sys.argv)}
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc["summary"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
