@@ -17,8 +17,9 @@ one has reported.
 The canary starts on a live name: the stable version's sessions already in flight at that moment
 report after it and count (``warm``, the default), as they do in the gateway. Variants: the maze
 difficulty mix drifting over time (both arms' solve probabilities moved together on the logit
-scale, ``drift``); and, as controls that isolate a cause, both arms starting together (``cold``) and
-sessions whose length does not depend on their outcome (``independent``).
+scale, ``drift``); and, as controls that isolate a cause, both arms starting together (``cold``, also
+with drift), sessions whose length does not depend on their outcome (``independent``), and other
+session rates (more sessions in flight when the canary starts).
 
 The ledger's bookkeeping is replayed in bulk: the last-in-first-out pairing as the matching of a
 walk's up and down steps, the verdict read from a table of the real ``judge`` over (wins, losses).
@@ -333,8 +334,9 @@ def held(scenarios: list[dict], pol: GuardPolicy) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--null-runs", type=int, default=10000, help="simulated canaries per null scenario")
-    ap.add_argument("--control-runs", type=int, default=5000,
-                    help="simulated canaries per null scenario of the controls (independent lengths, other rates)")
+    ap.add_argument("--control-runs", type=int, default=5000, help=(
+        "simulated canaries per null scenario of the controls (drift from a cold start, lengths independent of "
+        "the outcome, other rates)"))
     ap.add_argument("--alt-runs", type=int, default=2000, help="simulated canaries per effect scenario")
     ap.add_argument("--variant-alt-runs", type=int, default=1000,
                     help="simulated canaries per effect scenario under drift and from a cold start")
@@ -353,6 +355,7 @@ def main() -> int:
     for key, scenarios, runs in (
             ("null", nulls(), args.null_runs), ("null_drift", nulls(drift=DRIFT_LOGIT), args.null_runs),
             ("null_cold", nulls(start="cold"), args.null_runs),
+            ("null_cold_drift", nulls(start="cold", drift=DRIFT_LOGIT), args.control_runs),
             ("null_independent", nulls(durations="independent"), args.control_runs),
             ("null_rates", rates, args.control_runs), ("effects", effects(), args.alt_runs),
             ("effects_drift", effects(drift=DRIFT_LOGIT), args.variant_alt_runs),
@@ -367,8 +370,7 @@ def main() -> int:
                        "drift_logit": DRIFT_LOGIT, "drift_period_turns": DRIFT_PERIOD, "canary_cap": P_CAP},
            "checked_against_ledger": checked, **out,
            "summary": {"alpha_rollback": pol.alpha_rollback, "alpha_promote": pol.alpha_promote,
-                       **{key: held(out[key], pol) for key in ("null", "null_drift", "null_cold", "null_independent",
-                                                                "null_rates")}},
+                       **{key: held(out[key], pol) for key in out if key.startswith("null")}},
            "cpu_s": round(time.process_time() - t0, 1), **provenance(sys.argv)}
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(doc["summary"], indent=2))
