@@ -53,6 +53,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 import tomllib
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
@@ -345,8 +346,10 @@ def claim_problems(page: str, text: str, entry: dict) -> list[str]:
 def script_function(spec: str):
     """``benchmarks/x.py:name``: that function of the script, loaded from its file."""
     path, _, name = spec.partition(":")
-    module_spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    module_spec = importlib.util.spec_from_file_location(f"doc_tables_{Path(path).stem}", ROOT / path)
     module = importlib.util.module_from_spec(module_spec)
+    # registered before it runs, as an import would: a dataclass looks its module up in sys.modules
+    sys.modules[module_spec.name] = module
     module_spec.loader.exec_module(module)
     return getattr(module, name)
 
