@@ -59,5 +59,6 @@ bench: setup
 	$(PY) benchmarks/fault_matrix.py
 	$(PY) benchmarks/placement_calibrate.py
 	$(PY) benchmarks/placement_sim.py
+	$(PY) benchmarks/guard_error_rate.py
 	$(PY) benchmarks/frameworks.py
 	$(PY) benchmarks/walkthrough.py --trainer-seeds 42 1 2

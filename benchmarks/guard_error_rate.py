@@ -43,6 +43,7 @@ import math
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 import numpy as np
@@ -331,6 +332,53 @@ def held(scenarios: list[dict], pol: GuardPolicy) -> dict:
                                 and s["false_promotion_ci95"][1] <= pol.alpha_promote for s in scenarios)}
 
 
+VARIANTS = (("null", "started on a live name"), ("null_drift", "the same, drifting mix"),
+            ("null_cold", "both arms from a cold start"), ("null_cold_drift", "cold start, drifting mix"),
+            ("null_independent", "lengths independent of outcome"))
+
+
+def _pct(share: float, ci: list[float] | None = None) -> str:
+    """A share as a percentage with one place, rounded half-even from its decimal digits (as the docs'
+    figures check rounds), with its interval."""
+    def one(v: float) -> str:
+        return f"{(Decimal(str(v)) * 100).quantize(Decimal('0.1'), rounding=ROUND_HALF_EVEN)}%"
+
+    return one(share) + (f" ({one(ci[0])}-{one(ci[1])})" if ci else "")
+
+
+def markdown_tables(results: dict) -> str:
+    """The docs' tables, from the results file: the null's error rates per variant, stable solve rate
+    and canary share; then each effect's verdicts and outcomes to a decision."""
+    lines = ["| canary on the null | stable | runs | rolled back, 10% | promoted, 10% | rolled back, 50% | "
+             "promoted, 50% | iid pairs, each way |", "|---|---|---|---|---|---|---|---|"]
+    rows = [(label, s) for key, label in VARIANTS for s in results[key]]
+    rows += [(f"started on a live name, {s['rate']:g} a turn", s) for s in results["null_rates"]]
+    done = set()
+    for label, s in rows:
+        if (label, s["stable"]) in done:
+            continue
+        done.add((label, s["stable"]))
+        cells = []
+        for share in (0.1, 0.5):
+            (m,) = [r for lab, r in rows if lab == label and r["stable"] == s["stable"] and r["share"] == share] or [None]
+            cells += ["-", "-"] if m is None else [_pct(m["rollback"], m["false_rollback_ci95"]),
+                                                  _pct(m["promote"], m["false_promotion_ci95"])]
+        lines.append(f"| {label} | {s['stable']:.0%} | {s['runs']} | {' | '.join(cells)} | "
+                     f"{_pct(s['iid_reference']['promote'])} |")
+    lines += ["", "| stable | canary | share | decided right | wrong way | undecided | canary outcomes to a decision, "
+              "median (p95) | canary sessions started, median | right, drifting mix | right, cold start |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for s, d, c in zip(results["effects"], results["effects_drift"], results["effects_cold"]):
+        to = s["to_decision"]
+        outs = "-" if to["canary_outcomes"] is None else \
+            f"{to['canary_outcomes']['median']:g} ({to['canary_outcomes']['p95']:.0f})"
+        started = "-" if to["canary_sessions_started"] is None else f"{to['canary_sessions_started']['median']:g}"
+        lines.append(f"| {s['stable']:.0%} | {s['canary']:.0%} | {s['share']:.0%} | {_pct(s['power'])} | "
+                     f"{_pct(s['wrong'], s['wrong_ci95'])} | {_pct(s['undecided'])} | {outs} | {started} | "
+                     f"{_pct(d['power'])} | {_pct(c['power'])} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--null-runs", type=int, default=10000, help="simulated canaries per null scenario")
@@ -343,7 +391,11 @@ def main() -> int:
     ap.add_argument("--check", type=int, default=20, help="runs per checked setting replayed through the real ledger")
     ap.add_argument("--seed", type=int, default=1, help="random seed of the first scenario (each next: +1)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "guard_error_rate.json")
+    ap.add_argument("--tables", action="store_true", help="print the markdown tables of --out and exit")
     args = ap.parse_args()
+    if args.tables:
+        print(markdown_tables(json.loads(args.out.read_text())))
+        return 0
     t0 = time.process_time()
     pol = policy()
     table = verdict_table(pol, BUDGET + 1)
