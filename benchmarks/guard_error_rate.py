@@ -5,13 +5,13 @@
 
 Each simulated canary is judged as the gateway judges one (``serving.guard.ledger``, the default
 policy of ``adapters.guard`` with ``promote`` on, so promotions are measured: alpha 0.05 each way,
-at least 6 discordant pairs). Sessions start as a Poisson stream (``--rate`` a turn); each goes to
+at least 6 discordant pairs). Sessions start as a Poisson stream (``RATE`` a turn); each goes to
 the canary with probability ``w`` (0.1 and 0.5, as the session split does) and solves its maze with
 its arm's probability. A session's length depends on its outcome, as an episode's does: a solved
 maze ends after 8-12 turns, a failed one at the 40-turn limit, each turn 0.8-1.2 time units. The
 ledger takes the outcomes in order of completion, so an arm's fast (solved) outcomes reach it before
 its slow ones: what the pairing of outcomes by arrival has to stand up to. A run ends at a verdict
-(rollback or promote) or, undecided, once every session started until the canary's ``--budget``-th
+(rollback or promote) or, undecided, once every session started until the canary's ``BUDGET``-th
 one has reported.
 
 The canary starts on a live name: the stable version's sessions already in flight at that moment
@@ -32,7 +32,9 @@ Reported per scenario: the share of runs rolled back, promoted and undecided; un
 under effects (+5, +10, +20 and -5, -10, -20 points, capped at 0.99, and the base model as the
 canary: 44% against 97%) the share decided the right way (power) and the wrong way (with its
 interval), and the canary outcomes, all outcomes and canary sessions started until a decision
-(mean, median, p95 over the decided runs).
+(mean, median, p95 over the decided runs). Beside each null, the exact error rates of the same policy
+on independent fair pairs, as many as the budget collects (what a valid pairing would give).
+``--tables`` prints the tables of docs/benchmarks.md from the results file.
 """
 
 from __future__ import annotations
