@@ -58,6 +58,17 @@ class CanaryGuard:
         doc, _ = self.objects.read_json(f"{name}.json")
         return summary(doc) if doc else None
 
+    def state(self, name: str) -> dict[str, Any]:
+        """What ``GET /v1/adapters/{name}/guard`` and ``maze-serve adapters guard NAME`` show: the name's
+        policy and its canary ledger.
+
+        Raises:
+            BadAdapterName (400), AdapterNotFound (404), AdapterStoreUnavailable (503).
+        """
+        self.store.refs.require(name)
+        return {"object": "adapter.guard", "name": name, "policy": self.policy(name).model_dump(),
+                "ledger": self.ledger(name)}
+
     def report(self, model: str, session: str, outcome: Outcome) -> Counted:
         """Count the outcome of session ``session``, served by ``model`` (``base:name@version``, as the
         gateway named it in its answers), and act on the verdict it completes.

@@ -107,3 +107,31 @@ def test_concurrent_reports_all_count(canary):
     for t in threads:
         t.join()
     assert guard.ledger("agent")["evidence"]["stable_sessions"] == 6  # conditional writes: none lost
+
+
+def test_the_cli_shows_the_guard_and_its_move_in_the_history(s3_server, tmp_path):
+    from click.testing import CliRunner
+
+    from serving.adapters import AdapterStore
+    from serving.cli import main
+    from serving.config import ServingConfig
+    from tests.serving.cli.test_adapters import config_file
+
+    cfg = config_file(tmp_path, s3_server.url)
+    store = AdapterStore(ServingConfig.from_file(cfg).adapters)
+    store.ensure_bucket()
+    stable = store.push(make_adapter(tmp_path / "a", seed=1), "agent", base="maze-tiny").version
+    cand = store.push(make_adapter(tmp_path / "b", seed=2), "agent", base="maze-tiny", force=True).version
+    store.promote("agent", stable)
+    store.record_parity("agent", cand, PASSED)
+    run = lambda *a: CliRunner().invoke(main, ["-c", cfg, "adapters", *a])  # noqa: E731
+    store.canary("agent", cand, 50)
+    assert "no canary judged yet" in run("guard", "agent").output
+    play(CanaryGuard(store, ServingConfig.from_file(cfg).adapters.guard), stable, cand, store, 7)
+    shown = run("guard", "agent")
+    assert shown.exit_code == 0, shown.output
+    assert "0/7 solved against 7/7" in shown.output and "rollback: the canary solves fewer mazes" in shown.output
+    history = run("history", "agent").output.splitlines()
+    assert history[0].startswith(f"{cand}\t") and "\tabort\t" in history[0]
+    assert "guard vs " + stable in history[0] and "0 wins 7 losses" in history[0]
+    assert run("guard", "nobody").exit_code != 0
