@@ -100,13 +100,16 @@ def test_a_better_canary_is_promoted_only_where_the_policy_allows(canary):
 def test_concurrent_reports_all_count(canary):
     store, stable, cand = canary
     guard = CanaryGuard(store, GuardSpec())
-    keys = sessions(store, "stable", 6)
-    threads = [threading.Thread(target=guard.report, args=(f"maze-tiny:agent@{stable}", k, WON)) for k in keys]
+    keys = sessions(store, "stable", 12)
+    results: list = []
+    threads = [threading.Thread(target=lambda k=k: results.append(guard.report(f"maze-tiny:agent@{stable}", k, WON)))
+               for k in keys]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert guard.ledger("agent")["evidence"]["stable_sessions"] == 6  # conditional writes: none lost
+    assert len(results) == 12 and all(r.counted for r in results)  # none gave up on a lost race
+    assert guard.ledger("agent")["evidence"]["stable_sessions"] == 12  # conditional writes: none lost
 
 
 def test_the_cli_shows_the_guard_and_its_move_in_the_history(s3_server, tmp_path):
