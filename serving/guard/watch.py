@@ -144,12 +144,13 @@ class CanaryGuard:
         if verdict is None:
             return Counted(True, "counted", arm)
         made = self.store.guard_decision(name, canary, verdict.action, verdict.reason, verdict.evidence)
-        outcome_of_move = made.action if made is not None else "canary over before the move"
-        self._replace(name, lambda doc: with_verdict(doc, verdict, outcome_of_move) if same_canary(
-            doc, canary.version, canary.started_at, stable) else None)
+        if made is None:  # another report carried the same verdict out first, or the canary ended meanwhile
+            return Counted(True, "counted", arm)
+        self._replace(name, lambda doc: with_verdict(doc, verdict, made.action) if same_canary(
+            doc, canary.version, canary.started_at, stable) and not doc.get("verdict") else None)
         metric("guard_decisions").inc(tags={"adapter": name, "decision": verdict.action})
         log.warning("adapter %s: live guard on canary %s against %s: %s: %s (%s)", name, canary.version, stable,
-                    verdict.action, verdict.reason, outcome_of_move)
+                    verdict.action, verdict.reason, made.action)
         return Counted(True, verdict.reason, arm, verdict.action)
 
 

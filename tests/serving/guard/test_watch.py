@@ -67,6 +67,7 @@ def test_only_outcomes_of_the_split_count(canary):
 
 def test_a_worse_canary_is_rolled_back_with_its_evidence_and_a_restart_carries_on(canary):
     store, stable, cand = canary
+    ref_canary = store.resolve("agent").canary
     play(CanaryGuard(store, GuardSpec()), stable, cand, store, 4)
     last = play(CanaryGuard(store, GuardSpec()), stable, cand, store, 3, start=200)  # a new keeper: same ledger
     assert last.decision == "rollback" and last.arm == "canary"
@@ -75,6 +76,8 @@ def test_a_worse_canary_is_rolled_back_with_its_evidence_and_a_restart_carries_o
     move = store.history("agent")[0]
     assert move.action == "abort" and move.version == cand and "lost 7 and won 0" in move.reason
     assert move.guard["losses"] == 7 and move.guard["e_worse"] >= 20 and move.guard["alpha_rollback"] == 0.05
+    # a report that reached the same verdict at once, or a restart that finds it again, moves nothing
+    assert store.guard_decision("agent", ref_canary, "rollback", move.reason, move.guard) is None
     ledger = CanaryGuard(store, GuardSpec()).ledger("agent")
     assert ledger["verdict"]["action"] == "rollback" and ledger["verdict"]["outcome"] == "abort"
     late = CanaryGuard(store, GuardSpec()).report(f"maze-tiny:agent@{cand}", "late", LOST)
@@ -88,6 +91,10 @@ def test_a_better_canary_is_promoted_only_where_the_policy_allows(canary):
     assert store.resolve("agent").canary.version == cand  # left to a person
     entry = store.history("agent")[0]
     assert entry.action == "guard" and "leaves promotion to a person" in entry.reason
+    # a second report reaching the same finding at once records nothing more
+    running = store.resolve("agent").canary
+    assert store.guard_decision("agent", running, "better", entry.reason, entry.guard) is None
+    assert [m.action for m in store.history("agent")].count("guard") == 1
     promoting = CanaryGuard(store, GuardSpec(names={"agent": {"promote": True}}))
     (on_stable,) = sessions(store, "stable", 1, start=300)
     done = promoting.report(f"maze-tiny:agent@{stable}", on_stable, LOST)  # the next outcome reads the verdict
