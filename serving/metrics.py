@@ -34,6 +34,11 @@ def _instruments() -> dict:
                             tag_keys=("route", "status")),
         "latency": Histogram("maze_gateway_request_latency_seconds", "HTTP request latency until the last byte",
                              boundaries=LATENCY_BOUNDS_S, tag_keys=("route",)),
+        # A stream's latency to the last byte is its length; to the response's start it is the time to
+        # its first chunk, the wait a client feels (also the Server-Timing header's `total`).
+        "response_start": Histogram("maze_gateway_response_start_latency_seconds",
+                                    "HTTP request latency until the response starts (a stream's first chunk)",
+                                    boundaries=LATENCY_BOUNDS_S, tag_keys=("route",)),
         "resolutions": Counter("maze_gateway_adapter_resolutions",
                                "adapter name -> version resolutions by result (hit, miss, not_found, unavailable)",
                                tag_keys=("result",)),

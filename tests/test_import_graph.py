@@ -153,7 +153,7 @@ ROOM_RULES = {
     "parity": {"adapters"},
     "guard": {"adapters"},
     "local": {"adapters", "engine", "ingress", "app"},
-    "cli": {"adapters", "auth", "placement", "parity", "local", "k8s"},  # auth: `keys check`
+    "cli": {"adapters", "auth", "guard", "placement", "parity", "local", "k8s"},  # auth: `keys check`
 }
 BASE = {"config", "compat", "errors", "metrics"}
 

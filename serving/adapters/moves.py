@@ -184,6 +184,9 @@ class AliasMoves:
             running = canary_of(doc) if doc else None
             if running is None or (running.version, running.started_at) != (canary.version, canary.started_at):
                 return None
+            if action == "better" and any(m["action"] == GUARD and m["version"] == running.version and
+                                          m["at"] >= running.started_at for m in history_of(doc)):
+                return None  # this run's finding is recorded already (another report reached it too)
             entry = AliasMove(version=running.version, at=now(), action=GUARD, base=running.base, rank=running.rank,
                               reason=reason, guard=evidence)
             if action == "rollback":

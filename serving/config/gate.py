@@ -5,11 +5,13 @@ management routes, and the gate records the policy it used with every decision).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import re
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from serving.config.base import NAME, SectionModel
+from serving.config.base import PerNamePolicies, SectionModel
 
 _SEEDS = re.compile(r"^\s*\d+(\s*-\s*\d+)?\s*(,\s*\d+(\s*-\s*\d+)?\s*)*$")
 
@@ -79,36 +81,18 @@ class GatePolicy(SectionModel):
         return seed_list(self.seeds)[: self.looks[-1]]
 
 
-class GateSpec(SectionModel):
+class GateSpec(PerNamePolicies):
     """The gate's policy for every adapter name, and per-name changes to it."""
 
     default: GatePolicy = Field(default_factory=GatePolicy, description="the policy of every name not in `names`")
     names: dict[str, dict] = Field(default_factory=dict, description=(
         "adapter name -> the fields of `default` it changes (e.g. {alpha: 0.01} for a name many teams call)"))
 
-    @field_validator("names")
-    @classmethod
-    def _names(cls, v: dict[str, dict]) -> dict[str, dict]:
-        for name in v:
-            if not NAME.match(name):
-                raise ValueError(f"adapters.gate.names: {name!r} is not an adapter name")
-        return v
-
-    @model_validator(mode="after")
-    def _each_name_valid(self) -> GateSpec:
-        for name in self.names:
-            try:
-                self.policy(name)
-            except ValidationError as exc:
-                why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'policy'}: {e['msg']}" for e in exc.errors())
-                raise ValueError(f"adapters.gate.names.{name}: {why}") from None
-        return self
+    section: ClassVar[str] = "adapters.gate"
 
     def policy(self, name: str) -> GatePolicy:
         """``name``'s policy: the default with the name's changes."""
-        if name not in self.names:
-            return self.default
-        return GatePolicy.model_validate({**self.default.model_dump(), **self.names[name]})
+        return super().policy(name)
 
 
 __all__ = ["GatePolicy", "GateSpec", "seed_list"]

@@ -5,9 +5,11 @@ overridable per name; set by whoever deploys the serving config, like the offlin
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from typing import ClassVar
 
-from serving.config.base import NAME, SectionModel
+from pydantic import Field
+
+from serving.config.base import PerNamePolicies, SectionModel
 
 
 class GuardPolicy(SectionModel):
@@ -40,7 +42,7 @@ class GuardPolicy(SectionModel):
         "(a canary at a small share pairs each of its outcomes with the newest stable one)"))
 
 
-class GuardSpec(SectionModel):
+class GuardSpec(PerNamePolicies):
     """The live guard's policy for every adapter name, and per-name changes to it."""
 
     default: GuardPolicy = Field(default_factory=GuardPolicy, description="the policy of every name not in `names`")
@@ -48,29 +50,11 @@ class GuardSpec(SectionModel):
         "adapter name -> the fields of `default` it changes (e.g. {promote: true} for a name whose canaries may "
         "take over on their own)"))
 
-    @field_validator("names")
-    @classmethod
-    def _names(cls, v: dict[str, dict]) -> dict[str, dict]:
-        for name in v:
-            if not NAME.match(name):
-                raise ValueError(f"adapters.guard.names: {name!r} is not an adapter name")
-        return v
-
-    @model_validator(mode="after")
-    def _each_name_valid(self) -> GuardSpec:
-        for name in self.names:
-            try:
-                self.policy(name)
-            except ValidationError as exc:
-                why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'policy'}: {e['msg']}" for e in exc.errors())
-                raise ValueError(f"adapters.guard.names.{name}: {why}") from None
-        return self
+    section: ClassVar[str] = "adapters.guard"
 
     def policy(self, name: str) -> GuardPolicy:
         """``name``'s policy: the default with the name's changes."""
-        if name not in self.names:
-            return self.default
-        return GuardPolicy.model_validate({**self.default.model_dump(), **self.names[name]})
+        return super().policy(name)
 
 
 __all__ = ["GuardPolicy", "GuardSpec"]

@@ -18,17 +18,23 @@ made, which changes nothing.
 from __future__ import annotations
 
 import logging
+import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from serving.adapters import AdapterStore, Canary, ModelId, canary_of, serves_canary
 from serving.config import GuardPolicy, GuardSpec
-from serving.errors import BadRequest
+from serving.errors import AdapterRefConflict, BadRequest
 from serving.guard.ledger import Outcome, fold, fresh, judge, same_canary, summary, with_verdict
 from serving.metrics import metric
 
 log = logging.getLogger(__name__)
 GUARD_PREFIX = "_guard/"
+# Every session of a canary's name writes the one ledger: rounds of conditional writes, apart by a
+# random backoff, before a report gives up (a busy name sees many reports at once, a ref few moves).
+WRITE_ROUNDS = 6
+BACKOFF_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,17 @@ class CanaryGuard:
         doc, _ = self.objects.read_json(f"{name}.json")
         return summary(doc) if doc else None
 
+    def state(self, name: str) -> dict[str, Any]:
+        """What ``GET /v1/adapters/{name}/guard`` and ``maze-serve adapters guard NAME`` show: the name's
+        policy and its canary ledger.
+
+        Raises:
+            BadAdapterName (400), AdapterNotFound (404), AdapterStoreUnavailable (503).
+        """
+        self.store.refs.require(name)
+        return {"object": "adapter.guard", "name": name, "policy": self.policy(name).model_dump(),
+                "ledger": self.ledger(name)}
+
     def report(self, model: str, session: str, outcome: Outcome) -> Counted:
         """Count the outcome of session ``session``, served by ``model`` (``base:name@version``, as the
         gateway named it in its answers), and act on the verdict it completes.
@@ -85,6 +102,22 @@ class CanaryGuard:
             return self._skip(name, f"the canary split sends this session to the other version, not {served.version}")
         return self._count(name, canary, doc["version"], arm, session, outcome, policy)
 
+    def _replace(self, name: str, change) -> None:
+        """The ledger replaced by ``change`` (``ObjectStore.replace_json``), retried in rounds with a
+        growing random backoff while other reports win the race.
+
+        Raises:
+            AdapterRefConflict (409): it lost every round.
+        """
+        for round_ in range(WRITE_ROUNDS):
+            try:
+                self.objects.replace_json(f"{name}.json", change, f"the live guard of {name!r}")
+                return
+            except AdapterRefConflict:
+                if round_ == WRITE_ROUNDS - 1:
+                    raise
+                time.sleep(random.uniform(0, BACKOFF_S * 2**round_))
+
     def _skip(self, name: str, reason: str) -> Counted:
         metric("guard_outcomes").inc(tags={"adapter": name, "arm": "none", "result": "not_counted"})
         return Counted(False, reason)
@@ -103,7 +136,7 @@ class CanaryGuard:
             state["doc"] = new or doc
             return new
 
-        self.objects.replace_json(f"{name}.json", change, f"the live guard of {name!r}")
+        self._replace(name, change)
         if state["why"]:
             return self._skip(name, state["why"])
         metric("guard_outcomes").inc(tags={"adapter": name, "arm": arm, "result": "counted"})
@@ -111,15 +144,13 @@ class CanaryGuard:
         if verdict is None:
             return Counted(True, "counted", arm)
         made = self.store.guard_decision(name, canary, verdict.action, verdict.reason, verdict.evidence)
-        outcome_of_move = made.action if made is not None else "canary over before the move"
-        self.objects.replace_json(
-            f"{name}.json",
-            lambda doc: with_verdict(doc, verdict, outcome_of_move) if same_canary(
-                doc, canary.version, canary.started_at, stable) else None,
-            f"the live guard of {name!r}")
+        if made is None:  # another report carried the same verdict out first, or the canary ended meanwhile
+            return Counted(True, "counted", arm)
+        self._replace(name, lambda doc: with_verdict(doc, verdict, made.action) if same_canary(
+            doc, canary.version, canary.started_at, stable) and not doc.get("verdict") else None)
         metric("guard_decisions").inc(tags={"adapter": name, "decision": verdict.action})
         log.warning("adapter %s: live guard on canary %s against %s: %s: %s (%s)", name, canary.version, stable,
-                    verdict.action, verdict.reason, outcome_of_move)
+                    verdict.action, verdict.reason, made.action)
         return Counted(True, verdict.reason, arm, verdict.action)
 
 

@@ -80,10 +80,7 @@ async def guard_state(request: Request, name: str) -> dict[str, Any]:
     ModelId.adapter(name)  # a malformed name is a 400 before anything is read
     if not name_visible(cfg, name):
         raise AdapterNotFound(f"adapter {name!r} not found")
-    guard = _guard(cfg)
-    await asyncio.to_thread(guard.store.refs.require, name)
-    ledger = await asyncio.to_thread(guard.ledger, name)
-    return {"object": "adapter.guard", "name": name, "policy": guard.policy(name).model_dump(), "ledger": ledger}
+    return await asyncio.to_thread(_guard(cfg).state, name)
 
 
 __all__ = ["router"]

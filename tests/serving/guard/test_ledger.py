@@ -88,3 +88,20 @@ def test_a_new_canary_run_starts_a_new_ledger():
     assert not same_canary(doc, "c" * 12, "2026-01-02T00:00:00+00:00", "s" * 12)  # restarted
     assert not same_canary(doc, "c" * 12, "2026-01-01T00:00:00+00:00", "t" * 12)  # stable moved
     assert "seen" not in summary(doc) and summary(doc)["evidence"]["wins"] == 0
+
+
+def test_the_policy_per_name_is_checked_at_load():
+    import pytest
+    from pydantic import ValidationError
+
+    from serving.config import GuardSpec
+
+    spec = GuardSpec(names={"agent": {"promote": True, "alpha_rollback": 0.01}})
+    assert spec.policy("agent").promote and spec.policy("agent").alpha_rollback == 0.01
+    assert spec.policy("other") == GuardPolicy()
+    with pytest.raises(ValidationError, match=r"adapters.guard.names.agent: alpha_rollback: Input should be less"):
+        GuardSpec(names={"agent": {"alpha_rollback": 0.7}})
+    with pytest.raises(ValidationError, match="adapters.guard.names: 'bad/name' is not an adapter name"):
+        GuardSpec(names={"bad/name": {}})
+    with pytest.raises(ValidationError, match="promot"):
+        GuardSpec(names={"agent": {"promot": True}})  # a misspelt field is refused, not ignored

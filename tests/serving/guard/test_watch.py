@@ -67,6 +67,7 @@ def test_only_outcomes_of_the_split_count(canary):
 
 def test_a_worse_canary_is_rolled_back_with_its_evidence_and_a_restart_carries_on(canary):
     store, stable, cand = canary
+    ref_canary = store.resolve("agent").canary
     play(CanaryGuard(store, GuardSpec()), stable, cand, store, 4)
     last = play(CanaryGuard(store, GuardSpec()), stable, cand, store, 3, start=200)  # a new keeper: same ledger
     assert last.decision == "rollback" and last.arm == "canary"
@@ -75,6 +76,8 @@ def test_a_worse_canary_is_rolled_back_with_its_evidence_and_a_restart_carries_o
     move = store.history("agent")[0]
     assert move.action == "abort" and move.version == cand and "lost 7 and won 0" in move.reason
     assert move.guard["losses"] == 7 and move.guard["e_worse"] >= 20 and move.guard["alpha_rollback"] == 0.05
+    # a report that reached the same verdict at once, or a restart that finds it again, moves nothing
+    assert store.guard_decision("agent", ref_canary, "rollback", move.reason, move.guard) is None
     ledger = CanaryGuard(store, GuardSpec()).ledger("agent")
     assert ledger["verdict"]["action"] == "rollback" and ledger["verdict"]["outcome"] == "abort"
     late = CanaryGuard(store, GuardSpec()).report(f"maze-tiny:agent@{cand}", "late", LOST)
@@ -88,6 +91,10 @@ def test_a_better_canary_is_promoted_only_where_the_policy_allows(canary):
     assert store.resolve("agent").canary.version == cand  # left to a person
     entry = store.history("agent")[0]
     assert entry.action == "guard" and "leaves promotion to a person" in entry.reason
+    # a second report reaching the same finding at once records nothing more
+    running = store.resolve("agent").canary
+    assert store.guard_decision("agent", running, "better", entry.reason, entry.guard) is None
+    assert [m.action for m in store.history("agent")].count("guard") == 1
     promoting = CanaryGuard(store, GuardSpec(names={"agent": {"promote": True}}))
     (on_stable,) = sessions(store, "stable", 1, start=300)
     done = promoting.report(f"maze-tiny:agent@{stable}", on_stable, LOST)  # the next outcome reads the verdict
@@ -100,10 +107,41 @@ def test_a_better_canary_is_promoted_only_where_the_policy_allows(canary):
 def test_concurrent_reports_all_count(canary):
     store, stable, cand = canary
     guard = CanaryGuard(store, GuardSpec())
-    keys = sessions(store, "stable", 6)
-    threads = [threading.Thread(target=guard.report, args=(f"maze-tiny:agent@{stable}", k, WON)) for k in keys]
+    keys = sessions(store, "stable", 12)
+    results: list = []
+    threads = [threading.Thread(target=lambda k=k: results.append(guard.report(f"maze-tiny:agent@{stable}", k, WON)))
+               for k in keys]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert guard.ledger("agent")["evidence"]["stable_sessions"] == 6  # conditional writes: none lost
+    assert len(results) == 12 and all(r.counted for r in results)  # none gave up on a lost race
+    assert guard.ledger("agent")["evidence"]["stable_sessions"] == 12  # conditional writes: none lost
+
+
+def test_the_cli_shows_the_guard_and_its_move_in_the_history(s3_server, tmp_path):
+    from click.testing import CliRunner
+
+    from serving.adapters import AdapterStore
+    from serving.cli import main
+    from serving.config import ServingConfig
+    from tests.serving.cli.test_adapters import config_file
+
+    cfg = config_file(tmp_path, s3_server.url)
+    store = AdapterStore(ServingConfig.from_file(cfg).adapters)
+    store.ensure_bucket()
+    stable = store.push(make_adapter(tmp_path / "a", seed=1), "agent", base="maze-tiny").version
+    cand = store.push(make_adapter(tmp_path / "b", seed=2), "agent", base="maze-tiny", force=True).version
+    store.promote("agent", stable)
+    store.record_parity("agent", cand, PASSED)
+    run = lambda *a: CliRunner().invoke(main, ["-c", cfg, "adapters", *a])  # noqa: E731
+    store.canary("agent", cand, 50)
+    assert "no canary judged yet" in run("guard", "agent").output
+    play(CanaryGuard(store, ServingConfig.from_file(cfg).adapters.guard), stable, cand, store, 7)
+    shown = run("guard", "agent")
+    assert shown.exit_code == 0, shown.output
+    assert "0/7 solved against 7/7" in shown.output and "rollback: the canary solves fewer mazes" in shown.output
+    history = run("history", "agent").output.splitlines()
+    assert history[0].startswith(f"{cand}\t") and "\tabort\t" in history[0]
+    assert "guard vs " + stable in history[0] and "0 wins 7 losses" in history[0]
+    assert run("guard", "nobody").exit_code != 0
