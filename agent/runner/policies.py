@@ -121,7 +121,8 @@ class OpenAIPolicy:
         Raises the client's errors: the caller decides what a lost report costs."""
         latencies = [t.latency_s for t in record.turns]
         body = {"session": session, "model": record.model, "solved": bool(record.success),
-                "error": not record.scored, "latency_s": sum(latencies) / len(latencies) if latencies else None}
+                "duration_s": record.wall_time_s, "error": not record.scored,
+                "latency_s": sum(latencies) / len(latencies) if latencies else None}
         await self.client.post("/outcomes", cast_to=object, body=body)
 
     async def wait_ready(self, timeout_s: float) -> bool | None:

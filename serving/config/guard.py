@@ -37,9 +37,14 @@ class GuardPolicy(SectionModel):
         "this is rolled back"))
     max_latency_ratio: float = Field(2.0, gt=1, description=(
         "a canary whose mean turn latency is more than this many times the stable version's is rolled back"))
+    horizon_s: float = Field(600.0, gt=0, description=(
+        "seconds after a session started before it is paired: the longest a session may run and still count in a "
+        "pair. Sessions are paired by when they started, once every session that started with them has ended "
+        "(pairing by when they end would favour the arm whose quick wins come in first); a verdict comes this "
+        "much after the outcomes that support it"))
     pending_max: int = Field(1000, ge=1, description=(
-        "outcomes of the busier arm kept waiting for a partner from the other; past it the oldest are dropped "
-        "(a canary at a small share pairs each of its outcomes with the newest stable one)"))
+        "sessions kept waiting for a partner from the other arm; past it the oldest are dropped (a canary at a "
+        "small share pairs each of its sessions with the stable one that started nearest to it)"))
 
 
 class GuardSpec(PerNamePolicies):

@@ -2,19 +2,24 @@
 from them, and the verdict it supports. Pure functions over the JSON document the store keeps
 (``serving.guard.watch`` reads and writes it).
 
-Pairing: an outcome waits until one of the other arm arrives and is then paired with the newest
-outcome waiting there, so the two outcomes of a pair come from sessions that ended close in time
-(a canary at a 10% share pairs each of its sessions with a stable session that ended about when it
-did, never with one from an hour ago, so a drift in traffic over the day moves both alike). Which
-outcome is paired depends only on the order of arrival, never on the values, so under equal solve
-rates each discordant pair is a fair coin (the test in ``serving.guard.evidence``). A session that
-ended on an endpoint error solved nothing it could be judged on: it counts in the error guard rail,
-not in a pair.
+Pairing: each session is placed at the time it started (the time its outcome came in, less the
+duration the client reports), and sessions are paired by those start times, never by the order their
+outcomes arrive: a solved maze ends sooner than a failed one, so an order of arrival would pair a new
+canary's quick wins with whatever the stable arm reported meanwhile and favour it. Only sessions that
+started at least ``horizon_s`` ago are paired (by then every session that started with them has
+ended, whatever its outcome), each canary session with the stable one that started nearest to it. So
+which sessions make a pair depends on start times and the clock alone, and under equal solve rates
+each discordant pair is a fair coin (the test in ``serving.guard.evidence``;
+benchmarks/guard_error_rate.py measures the rates on simulated traffic). A session that ran longer
+than the horizon is counted in its arm and in no pair (the sessions that started with it may be
+paired already); the same rule for both arms. A session that ended on an endpoint error solved nothing it could be judged on: it counts in
+the error guard rail, not in a pair.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -29,10 +34,12 @@ TEST = "live pairs, uniform-mixture e-value (anytime-valid)"
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one session reports: whether its maze was solved, whether it ended on an endpoint error
+    """What one session reports: whether its maze was solved, how long it ran (``duration_s``: its
+    start is placed that long before the report came in), whether it ended on an endpoint error
     (then ``solved`` is not judged) and its mean turn latency in seconds, when measured."""
 
     solved: bool
+    duration_s: float = 0.0
     error: bool = False
     latency_s: float | None = None
 
@@ -61,7 +68,7 @@ def fresh(name: str, canary_version: str, started_at: str, stable: str) -> dict[
     """An empty ledger for the canary ``canary_version`` of ``name`` (started at ``started_at``)
     against ``stable``."""
     return {"name": name, "canary": canary_version, "started_at": started_at, "stable": stable,
-            "arms": {arm: _arm() for arm in ARMS}, "pending": {"arm": None, "outcomes": ""},
+            "arms": {arm: _arm() for arm in ARMS}, "waiting": [],
             "pairs": {"wins": 0, "losses": 0, "ties": 0}, "seen": [], "found_better": None, "verdict": None,
             "updated_at": time.time()}
 
@@ -73,28 +80,35 @@ def same_canary(doc: dict[str, Any] | None, canary_version: str, started_at: str
         canary_version, started_at, stable)
 
 
-def _pair(doc: dict[str, Any], arm: str, solved: bool, pending_max: int) -> None:
-    pending = doc["pending"]
-    if pending["arm"] not in (None, arm) and pending["outcomes"]:
-        other, pending["outcomes"] = pending["outcomes"][-1] == "1", pending["outcomes"][:-1]
-        canary, stable = (solved, other) if arm == "canary" else (other, solved)
-        key = "ties" if canary == stable else "wins" if canary else "losses"
+def _settle(doc: dict[str, Any], now: float, horizon_s: float, pending_max: int) -> None:
+    """Pair the waiting sessions that started at least ``horizon_s`` before ``now``: in start order,
+    each canary session with the stable one that started nearest to it (see the module). Sessions
+    left without a partner wait for later ones; the oldest past ``pending_max`` are dropped."""
+    closed = [e for e in doc["waiting"] if e[0] <= now - horizon_s]
+    stables = sorted((e for e in closed if e[1] == "s"), key=lambda e: e[0])
+    paired: list[list] = []
+    for canary in sorted((e for e in closed if e[1] == "c"), key=lambda e: e[0]):
+        if not stables:
+            break
+        nearest = min(range(len(stables)), key=lambda i: abs(stables[i][0] - canary[0]))
+        stable = stables.pop(nearest)
+        key = "ties" if canary[2] == stable[2] else "wins" if canary[2] else "losses"
         doc["pairs"][key] += 1
-        if not pending["outcomes"]:
-            pending["arm"] = None
-        return
-    pending["arm"] = arm
-    pending["outcomes"] = (pending["outcomes"] + ("1" if solved else "0"))[-pending_max:]
+        paired += [canary, stable]
+    done = {id(e) for e in paired}
+    left = [e for e in doc["waiting"] if id(e) not in done]
+    doc["waiting"] = sorted(left, key=lambda e: e[0])[-pending_max:]
 
 
-def fold(doc: dict[str, Any], arm: str, session: str, outcome: Outcome, pending_max: int) -> dict[str, Any] | None:
-    """``doc`` with one session's outcome counted (a new document), or None when that session was
-    counted already."""
+def fold(doc: dict[str, Any], arm: str, session: str, outcome: Outcome, *, now: float, horizon_s: float,
+         pending_max: int) -> dict[str, Any] | None:
+    """``doc`` with one session's outcome counted and every session that can be paired now paired
+    (a new document), or None when that session was counted already."""
     digest = session_hash(session)
     if digest in doc["seen"]:
         return None
-    new = {**doc, "arms": {k: dict(v) for k, v in doc["arms"].items()}, "pending": dict(doc["pending"]),
-           "pairs": dict(doc["pairs"]), "seen": [*doc["seen"], digest][-SEEN_MAX:], "updated_at": time.time()}
+    new = {**doc, "arms": {k: dict(v) for k, v in doc["arms"].items()}, "waiting": [list(e) for e in doc["waiting"]],
+           "pairs": dict(doc["pairs"]), "seen": [*doc["seen"], digest][-SEEN_MAX:], "updated_at": now}
     counts = new["arms"][arm]
     counts["sessions"] += 1
     if outcome.latency_s is not None:
@@ -102,9 +116,12 @@ def fold(doc: dict[str, Any], arm: str, session: str, outcome: Outcome, pending_
         counts["latency_n"] += 1
     if outcome.error:
         counts["errors"] += 1
-        return new
-    counts["solved"] += int(outcome.solved)
-    _pair(new, arm, outcome.solved, pending_max)
+    else:
+        counts["solved"] += int(outcome.solved)
+        if outcome.duration_s <= horizon_s:  # else sessions that started with it may be paired already
+            started = math.floor((now - max(0.0, outcome.duration_s)) * 1000) / 1000  # ms, never later than it was
+            new["waiting"].append([started, "c" if arm == "canary" else "s", int(outcome.solved)])
+    _settle(new, now, horizon_s, pending_max)
     return new
 
 
@@ -175,7 +192,8 @@ def with_verdict(doc: dict[str, Any], verdict: Verdict, outcome: str) -> dict[st
 
 def summary(doc: dict[str, Any]) -> dict[str, Any]:
     """The ledger as shown to operators (the session digests left out)."""
-    return {**{k: v for k, v in doc.items() if k not in ("seen", "arms", "pairs")}, "evidence": evidence_of(doc)}
+    return {**{k: v for k, v in doc.items() if k not in ("seen", "arms", "pairs", "waiting")},
+            "waiting": len(doc["waiting"]), "evidence": evidence_of(doc)}
 
 
 __all__ = ["ARMS", "Outcome", "Verdict", "evidence_of", "fold", "fresh", "judge", "same_canary", "session_hash",

@@ -130,7 +130,8 @@ class CanaryGuard:
             if not same_canary(doc, canary.version, canary.started_at, stable):
                 doc = fresh(name, canary.version, canary.started_at, stable)
             state["why"] = "the guard decided on this canary already" if doc["verdict"] else None
-            new = None if doc["verdict"] else fold(doc, arm, session, outcome, policy.pending_max)
+            new = None if doc["verdict"] else fold(doc, arm, session, outcome, now=time.time(),
+                                                   horizon_s=policy.horizon_s, pending_max=policy.pending_max)
             if new is None and not state["why"]:
                 state["why"] = "this session's outcome was counted already"
             state["doc"] = new or doc

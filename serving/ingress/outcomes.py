@@ -1,6 +1,6 @@
 """The live guard's routes (``serving.guard``), beside the management routes.
 
-* ``POST /v1/outcomes`` (``{"session", "model", "solved", "error", "latency_s"}``): one session's
+* ``POST /v1/outcomes`` (``{"session", "model", "solved", "duration_s", "error", "latency_s"}``): one session's
   outcome, from any key that may call ``model``. ``session`` is the key the canary split used (the
   ``X-Session-Id`` header the agent's runner sends once per episode), ``model`` the versioned id the
   gateway answered with (``base:name@version``). The answer says whether it counted, and why not
@@ -45,14 +45,16 @@ class OutcomeBody(BaseModel):
     model: str = Field(min_length=1, max_length=512, description="the model the gateway answered with: "
                                                                  "base:name@version")
     solved: bool = Field(description="whether the session's maze was solved")
+    duration_s: float = Field(ge=0, le=86400, description="how long the session ran, in seconds: it is paired with "
+                                                         "sessions that started when it did")
     error: bool = Field(False, description="the session ended on an endpoint error (then `solved` is not judged)")
     latency_s: float | None = Field(None, ge=0, le=3600, description="the session's mean turn latency in seconds")
 
-    @field_validator("latency_s")
+    @field_validator("latency_s", "duration_s")
     @classmethod
     def _finite(cls, v: float | None) -> float | None:
         if v is not None and not math.isfinite(v):
-            raise ValueError("latency_s must be a finite number of seconds")
+            raise ValueError("must be a finite number of seconds")
         return v
 
 
@@ -68,7 +70,7 @@ async def report_outcome(request: Request, body: OutcomeBody) -> dict[str, Any]:
     if not visible(body.model):  # a model outside the key's scope answers as one that does not exist
         raise ModelAccessDenied.of(body.model)
     guard = _guard(config_of(request))
-    outcome = Outcome(solved=body.solved, error=body.error, latency_s=body.latency_s)
+    outcome = Outcome(solved=body.solved, duration_s=body.duration_s, error=body.error, latency_s=body.latency_s)
     counted = await asyncio.to_thread(guard.report, body.model, body.session, outcome)
     return {"object": "outcome", "counted": counted.counted, "reason": counted.reason, "arm": counted.arm,
             "decision": counted.decision}

@@ -17,7 +17,9 @@ from serving.guard import CanaryGuard, Outcome
 from tests.support.adapter_store import make_adapter
 
 PASSED = {"ok": True, "frames": 4, "max_abs_diff": 0.004, "reference": "hf+peft"}
-WON, LOST = Outcome(solved=True), Outcome(solved=False)
+H = 0.5  # the horizon: each report below ran that long, so it is paired as it comes in
+WON, LOST = Outcome(solved=True, duration_s=H), Outcome(solved=False, duration_s=H)
+SPEC = GuardSpec(names={"agent": {"horizon_s": H}})
 
 
 @pytest.fixture
@@ -48,7 +50,7 @@ def play(guard, stable, cand, store, pairs, start=0, canary_outcome=LOST, stable
 
 def test_only_outcomes_of_the_split_count(canary):
     store, stable, cand = canary
-    guard = CanaryGuard(store, GuardSpec())
+    guard = CanaryGuard(store, SPEC)
     (on_canary,), (on_stable,) = sessions(store, "canary", 1), sessions(store, "stable", 1)
     assert guard.report(f"maze-tiny:agent@{cand}", on_canary, WON).counted
     again = guard.report(f"maze-tiny:agent@{cand}", on_canary, WON)
@@ -68,8 +70,8 @@ def test_only_outcomes_of_the_split_count(canary):
 def test_a_worse_canary_is_rolled_back_with_its_evidence_and_a_restart_carries_on(canary):
     store, stable, cand = canary
     ref_canary = store.resolve("agent").canary
-    play(CanaryGuard(store, GuardSpec()), stable, cand, store, 4)
-    last = play(CanaryGuard(store, GuardSpec()), stable, cand, store, 3, start=200)  # a new keeper: same ledger
+    play(CanaryGuard(store, SPEC), stable, cand, store, 4)
+    last = play(CanaryGuard(store, SPEC), stable, cand, store, 3, start=200)  # a new keeper: same ledger
     assert last.decision == "rollback" and last.arm == "canary"
     ref = store.resolve("agent")
     assert ref.canary is None and ref.version == stable
@@ -78,15 +80,15 @@ def test_a_worse_canary_is_rolled_back_with_its_evidence_and_a_restart_carries_o
     assert move.guard["losses"] == 7 and move.guard["e_worse"] >= 20 and move.guard["alpha_rollback"] == 0.05
     # a report that reached the same verdict at once, or a restart that finds it again, moves nothing
     assert store.guard_decision("agent", ref_canary, "rollback", move.reason, move.guard) is None
-    ledger = CanaryGuard(store, GuardSpec()).ledger("agent")
+    ledger = CanaryGuard(store, SPEC).ledger("agent")
     assert ledger["verdict"]["action"] == "rollback" and ledger["verdict"]["outcome"] == "abort"
-    late = CanaryGuard(store, GuardSpec()).report(f"maze-tiny:agent@{cand}", "late", LOST)
+    late = CanaryGuard(store, SPEC).report(f"maze-tiny:agent@{cand}", "late", LOST)
     assert not late.counted and "runs no canary" in late.reason
 
 
 def test_a_better_canary_is_promoted_only_where_the_policy_allows(canary):
     store, stable, cand = canary
-    found = play(CanaryGuard(store, GuardSpec()), stable, cand, store, 7, canary_outcome=WON, stable_outcome=LOST)
+    found = play(CanaryGuard(store, SPEC), stable, cand, store, 7, canary_outcome=WON, stable_outcome=LOST)
     assert found.decision == "better"
     assert store.resolve("agent").canary.version == cand  # left to a person
     entry = store.history("agent")[0]
@@ -95,7 +97,7 @@ def test_a_better_canary_is_promoted_only_where_the_policy_allows(canary):
     running = store.resolve("agent").canary
     assert store.guard_decision("agent", running, "better", entry.reason, entry.guard) is None
     assert [m.action for m in store.history("agent")].count("guard") == 1
-    promoting = CanaryGuard(store, GuardSpec(names={"agent": {"promote": True}}))
+    promoting = CanaryGuard(store, GuardSpec(names={"agent": {"horizon_s": H, "promote": True}}))
     (on_stable,) = sessions(store, "stable", 1, start=300)
     done = promoting.report(f"maze-tiny:agent@{stable}", on_stable, LOST)  # the next outcome reads the verdict
     assert done.decision == "promote"
@@ -106,7 +108,7 @@ def test_a_better_canary_is_promoted_only_where_the_policy_allows(canary):
 
 def test_concurrent_reports_all_count(canary):
     store, stable, cand = canary
-    guard = CanaryGuard(store, GuardSpec())
+    guard = CanaryGuard(store, SPEC)
     keys = sessions(store, "stable", 12)
     results: list = []
     threads = [threading.Thread(target=lambda k=k: results.append(guard.report(f"maze-tiny:agent@{stable}", k, WON)))
@@ -137,7 +139,7 @@ def test_the_cli_shows_the_guard_and_its_move_in_the_history(s3_server, tmp_path
     run = lambda *a: CliRunner().invoke(main, ["-c", cfg, "adapters", *a])  # noqa: E731
     store.canary("agent", cand, 50)
     assert "no canary judged yet" in run("guard", "agent").output
-    play(CanaryGuard(store, ServingConfig.from_file(cfg).adapters.guard), stable, cand, store, 7)
+    play(CanaryGuard(store, SPEC), stable, cand, store, 7)
     shown = run("guard", "agent")
     assert shown.exit_code == 0, shown.output
     assert "0/7 solved against 7/7" in shown.output and "rollback: the canary solves fewer mazes" in shown.output

@@ -34,7 +34,8 @@ def _session(store, canary: bool) -> str:
 def test_a_key_reports_its_own_sessions_and_reads_the_ledger(guarded):
     cfg, store, stable, cand = guarded
     on_canary, on_stable = _session(store, True), _session(store, False)
-    body = {"session": on_canary, "model": f"maze-tiny:team-a-x@{cand}", "solved": False, "latency_s": 0.2}
+    body = {"session": on_canary, "model": f"maze-tiny:team-a-x@{cand}", "solved": False, "duration_s": 3.0,
+            "latency_s": 0.2}
     counted, again, elsewhere, other_team, ledger, hidden = call(cfg, [
         (A, "POST", "/v1/outcomes", {"json": body}),
         (A, "POST", "/v1/outcomes", {"json": body}),
@@ -61,10 +62,11 @@ def test_a_key_reports_its_own_sessions_and_reads_the_ledger(guarded):
     ({"latency_s": -1}, "latency_s"),
     ({"session": ""}, "session"),
     ({"extra": 1}, "extra"),
+    ({"duration_s": None}, "duration_s"),
 ])
 def test_a_bad_body_is_a_400_naming_the_field(guarded, change, field):
     cfg, store, stable, cand = guarded
-    body = {"session": "s1", "model": f"maze-tiny:team-a-x@{cand}", "solved": True, **change}
+    body = {"session": "s1", "model": f"maze-tiny:team-a-x@{cand}", "solved": True, "duration_s": 1.0, **change}
     (answer,) = call(cfg, [(A, "POST", "/v1/outcomes", {"json": body})])
     assert answer.status_code == 400 and field in answer.json()["error"]["message"]
 
@@ -72,9 +74,10 @@ def test_a_bad_body_is_a_400_naming_the_field(guarded, change, field):
 def test_an_outcome_without_a_version_or_canary_is_answered_not_counted(guarded):
     cfg, store, stable, cand = guarded
     unversioned, no_canary = call(cfg, [
-        (OPS, "POST", "/v1/outcomes", {"json": {"session": "s1", "model": "maze-tiny:team-a-x", "solved": True}}),
+        (OPS, "POST", "/v1/outcomes", {"json": {"session": "s1", "model": "maze-tiny:team-a-x", "solved": True,
+                                                "duration_s": 1.0}}),
         (OPS, "POST", "/v1/outcomes", {"json": {"session": "s1", "model": f"maze-tiny:team-a-y@{stable}",
-                                                "solved": True}}),
+                                                "solved": True, "duration_s": 1.0}}),
     ])
     assert unversioned.status_code == 400 and "names no adapter version" in unversioned.json()["error"]["message"]
     assert no_canary.status_code == 200 and no_canary.json()["counted"] is False

@@ -4,15 +4,17 @@ does worse is rolled back by itself on the outcomes of real episodes.
 A random LoRA (one of the stack's extra adapters) runs as a 50% canary of a name that serves the
 shipped maze-grpo (58 of 64 mazes through the gateway, models/scores_gateway.json). Episodes are
 played through the gateway by the agent's runner, which reports each outcome under the session the
-split used; a server-side episode (``POST /v1/episodes``) reports through the same route. The guard
-must roll the canary back within the episode budget: two passes over the 64 mazes, where the
-simulation (benchmarks/results/guard_error_rate.json) puts the decision for a canary this much worse
-well inside one.
+split used; a server-side episode (``POST /v1/episodes``) reports through the same route. Sessions
+are paired 30 s after they start (the stack's policy for this name, tests/serving/conftest.py), so the
+verdict trails the outcomes that support it by that much. The guard must roll the canary back within
+the episode budget, three passes over the 64 mazes, where the simulation
+(benchmarks/results/guard_error_rate.json) puts the decision for a canary this much worse within one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -21,7 +23,7 @@ from serving.parity import Gateway, check_served
 from tests.support.gateway_stack import KEY  # the `stack` fixture lives in conftest.py
 
 pytestmark = pytest.mark.slow
-BUDGET = 128  # episodes: two passes over the fixed 64 mazes
+BUDGET = 192  # episodes: three passes over the fixed 64 mazes
 BATCH = 16
 
 
@@ -45,14 +47,14 @@ def test_a_worse_canary_is_rolled_back_by_the_live_guard(stack):
     assert ledger["evidence"]["canary_errors"] + ledger["evidence"]["stable_errors"] == 0
 
     endpoint = EndpointConfig(base_url=stack.base_url, api_key=KEY, model=model)
-    episodes = 1
+    episodes, t0 = 1, time.monotonic()
     while store.resolve(name).canary is not None and episodes < BUDGET:
         seeds = [(episodes + i) % 64 for i in range(BATCH)]
         asyncio.run(run_endpoint_async(endpoint, seeds, RunnerConfig(concurrency=8, **profile)))
         episodes += BATCH
     ref = store.resolve(name)
     entry = store.history(name)[0]
-    print(f"\nlive guard: {entry.action} after {episodes} episodes: {entry.reason}")
+    print(f"\nlive guard: {entry.action} after {episodes} episodes ({time.monotonic() - t0:.0f} s): {entry.reason}")
     ledger = stack.http.get(f"/v1/adapters/{name}/guard").json()["ledger"]
     assert ref.canary is None and ref.version == stable, f"not rolled back within {BUDGET} episodes: {ledger}"
     assert entry.action == "abort" and entry.version == worse and entry.guard["against"] == stable
