@@ -70,9 +70,9 @@ def stack(tmp_path_factory, monkeypatch_session):
     # switch off is checked at publish and in an engine of its own, tests/serving/engine).
     cfg = stack_config(assets.base_dir, auth_env=KEY_ENV, keys_file=str(write_tenant_keys(home / "keys.yaml")),
                        vision_tower=True)
-    # The live guard's test name pairs sessions 30 s after they start, not the default 10 min, so a
+    # The live guard's test name pairs sessions 20 s after they start, not the default 10 min, so a
     # verdict comes within the test's episodes (tests/serving/stack/test_guard.py).
-    cfg.adapters.guard.names["guarded"] = {"horizon_s": 30.0}
+    cfg.adapters.guard.names["guarded"] = {"horizon_s": 20.0}
     t0 = time.monotonic()
     base_url = embedded.up(cfg, adapters=assets.shipped)
     print(f"\nembedded stack ({cfg.layout} layout, {cfg.ingress} ingress) ready in {time.monotonic() - t0:.0f}s at {base_url}")

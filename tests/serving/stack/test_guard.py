@@ -5,7 +5,7 @@ A random LoRA (one of the stack's extra adapters) runs as a 50% canary of a name
 shipped maze-grpo (58 of 64 mazes through the gateway, models/scores_gateway.json). Episodes are
 played through the gateway by the agent's runner, which reports each outcome under the session the
 split used; a server-side episode (``POST /v1/episodes``) reports through the same route. Sessions
-are paired 30 s after they start (the stack's policy for this name, tests/serving/conftest.py), so the
+are paired 20 s after they start (the stack's policy for this name, tests/serving/conftest.py), so the
 verdict trails the outcomes that support it by that much. The guard must roll the canary back within
 the episode budget, three passes over the 64 mazes, where the simulation
 (benchmarks/results/guard_error_rate.json) puts the decision for a canary this much worse within one.
