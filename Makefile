@@ -62,3 +62,4 @@ bench: setup
 	$(PY) benchmarks/guard_error_rate.py
 	$(PY) benchmarks/frameworks.py
 	$(PY) benchmarks/walkthrough.py --trainer-seeds 42 1 2
+	$(PY) benchmarks/walkthrough.py --gate --out benchmarks/results/walkthrough_gated.json
