@@ -50,6 +50,70 @@ def _nearest(q: int, order: np.ndarray, start: np.ndarray, stable_open: np.ndarr
 
 
 @njit(cache=False)
+def _close(k: int, order: np.ndarray, canary: np.ndarray, closed: np.ndarray, stable_open: np.ndarray,
+           waiting: np.ndarray, n_wait: int) -> tuple:
+    """Close the waiting session at rank ``k``: a canary session joins the closed ones waiting for a
+    partner (kept sorted by rank), a stable one becomes available. Returns (n_wait, sessions opened)."""
+    j = order[k]
+    closed[j] = True
+    if not canary[j]:
+        stable_open[j] = True
+        return n_wait, 1
+    pos = n_wait
+    while pos > 0 and waiting[pos - 1] > k:
+        waiting[pos] = waiting[pos - 1]
+        pos -= 1
+    waiting[pos] = k
+    return n_wait + 1, 0
+
+
+@njit(cache=False)
+def _pop_first(waiting: np.ndarray, n_wait: int) -> int:
+    for m in range(1, n_wait):
+        waiting[m - 1] = waiting[m]
+    return n_wait - 1
+
+
+@njit(cache=False)
+def _settle(order: np.ndarray, start: np.ndarray, solved: np.ndarray, in_line: np.ndarray, stable_open: np.ndarray,
+            waiting: np.ndarray, state: np.ndarray, lo: int, ptr: int) -> int:
+    """The ledger's ``_settle``: the closed canary sessions, in rank order, each take the nearest
+    available stable one while any is left. ``state`` holds (n_wait, n_open, size, wins, losses,
+    ties); returns the pairs made."""
+    paired = 0
+    while state[0] > 0 and state[1] > 0:
+        q = waiting[0]
+        c_sess, s_sess = order[q], order[_nearest(q, order, start, stable_open, lo, ptr)]
+        stable_open[s_sess] = False
+        in_line[c_sess] = in_line[s_sess] = False
+        state[0] = _pop_first(waiting, state[0])
+        state[1] -= 1
+        state[2] -= 2
+        state[3 if solved[c_sess] and not solved[s_sess] else 4 if solved[s_sess] and not solved[c_sess] else 5] += 1
+        paired += 1
+    return paired
+
+
+@njit(cache=False)
+def _drop(order: np.ndarray, canary: np.ndarray, in_line: np.ndarray, closed: np.ndarray, stable_open: np.ndarray,
+          waiting: np.ndarray, state: np.ndarray, lo: int, pending_max: int) -> int:
+    """The waiting line's bound: the oldest sessions by rank leave it until ``pending_max`` are left
+    (a closed canary one is the first of those waiting). Returns the new lowest rank in line."""
+    while state[2] > pending_max:
+        while not in_line[order[lo]]:
+            lo += 1
+        j = order[lo]
+        in_line[j] = False
+        state[2] -= 1
+        if closed[j] and canary[j]:
+            state[0] = _pop_first(waiting, state[0])
+        elif closed[j]:
+            stable_open[j] = False
+            state[1] -= 1
+    return lo
+
+
+@njit(cache=False)
 def replay(end: np.ndarray, start: np.ndarray, canary: np.ndarray, solved: np.ndarray, included: np.ndarray,
            order: np.ndarray, horizon: float, pending_max: int, roll: np.ndarray, prom: np.ndarray) -> tuple:
     """One run's sessions, in the order they report (``end``: report time; ``start``: the start the
@@ -63,81 +127,39 @@ def replay(end: np.ndarray, start: np.ndarray, canary: np.ndarray, solved: np.nd
         rank[order[k]] = k
     in_line = np.zeros(n, np.bool_)  # in the ledger's waiting line
     closed = np.zeros(n, np.bool_)
-    stable_open = np.zeros(n, np.bool_)  # closed, waiting, of the stable arm
-    waiting_canaries = np.empty(len(order), np.int64)  # ranks of the closed canary sessions waiting, sorted
-    n_wait, n_open, size, ptr, passed, lo = 0, 0, 0, 0, 0, 0
-    wins = losses = ties = 0
+    stable_open = np.zeros(n, np.bool_)  # closed, in line, of the stable arm
+    waiting = np.empty(len(order), np.int64)  # ranks of the closed canary sessions in line, sorted
+    state = np.zeros(6, np.int64)  # n_wait, n_open, size, wins, losses, ties
+    ptr = passed = lo = 0
     for i in range(n):
         cutoff = end[i] - horizon
         if included[i]:
             in_line[i] = True
-            size += 1
+            state[2] += 1
             lo = min(lo, rank[i])
         while ptr < len(order) and start[order[ptr]] <= cutoff:
             ptr += 1
-        # close the sessions the cutoff passed now, and this one if it was passed before it reported
-        late = rank[i] if included[i] and rank[i] < passed else -1
-        for k in range(passed, ptr + 1):
-            if k == ptr:
-                if late < 0:
-                    break
-                k = late
-            j = order[k]
-            if not in_line[j] or closed[j]:
-                continue
-            closed[j] = True
-            if canary[j]:
-                pos = n_wait
-                while pos > 0 and waiting_canaries[pos - 1] > k:
-                    waiting_canaries[pos] = waiting_canaries[pos - 1]
-                    pos -= 1
-                waiting_canaries[pos] = k
-                n_wait += 1
-            else:
-                stable_open[j] = True
-                n_open += 1
+        for k in range(passed, ptr):  # the sessions the cutoff passed now
+            if in_line[order[k]] and not closed[order[k]]:
+                state[0], opened = _close(k, order, canary, closed, stable_open, waiting, state[0])
+                state[1] += opened
+        if included[i] and rank[i] < passed:  # passed before it reported (its start floored to the ms)
+            state[0], opened = _close(rank[i], order, canary, closed, stable_open, waiting, state[0])
+            state[1] += opened
         passed = ptr
-        paired = 0
-        while n_wait > 0 and n_open > 0:
-            q = waiting_canaries[0]
-            s = _nearest(q, order, start, stable_open, lo, ptr)
-            c_sess, s_sess = order[q], order[s]
-            stable_open[s_sess] = False
-            in_line[c_sess] = in_line[s_sess] = False
-            n_open -= 1
-            size -= 2
-            for m in range(1, n_wait):
-                waiting_canaries[m - 1] = waiting_canaries[m]
-            n_wait -= 1
-            if solved[c_sess] == solved[s_sess]:
-                ties += 1
-            elif solved[c_sess]:
-                wins += 1
-            else:
-                losses += 1
-            paired += 1
-        while size > pending_max:  # the oldest by start leave the line
-            while not in_line[order[lo]]:
-                lo += 1
-            j = order[lo]
-            in_line[j] = False
-            size -= 1
-            if closed[j] and canary[j]:
-                for m in range(1, n_wait):
-                    waiting_canaries[m - 1] = waiting_canaries[m]
-                n_wait -= 1
-            elif closed[j]:
-                stable_open[j] = False
-                n_open -= 1
+        paired = _settle(order, start, solved, in_line, stable_open, waiting, state, lo, ptr)
+        lo = _drop(order, canary, in_line, closed, stable_open, waiting, state, lo, pending_max)
         while lo < ptr and not in_line[order[lo]]:
             lo += 1
         if paired:
-            d = wins + losses
-            if d < len(roll) and wins <= roll[d]:
-                return 1, i, wins, losses, ties
-            if d < len(prom) and wins >= prom[d]:
-                return 2, i, wins, losses, ties
-    return 0, n, wins, losses, ties
+            wins, losses = state[3], state[4]
+            if wins + losses >= len(roll):
+                raise ValueError("the verdict table is shorter than the run's discordant pairs")
+            if wins <= roll[wins + losses]:
+                return 1, i, wins, losses, state[5]
+            if wins >= prom[wins + losses]:
+                return 2, i, wins, losses, state[5]
+    return 0, n, state[3], state[4], state[5]
 
 
 __all__ = ["replay"]
