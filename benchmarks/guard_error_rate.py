@@ -5,36 +5,37 @@
 
 Each simulated canary is judged as the gateway judges one (``serving.guard.ledger``, the default
 policy of ``adapters.guard`` with ``promote`` on, so promotions are measured: alpha 0.05 each way,
-at least 6 discordant pairs). Sessions start as a Poisson stream (``RATE`` a turn); each goes to
+at least 6 discordant pairs). Sessions start as a Poisson stream (``RATE`` a second); each goes to
 the canary with probability ``w`` (0.1 and 0.5, as the session split does) and solves its maze with
 its arm's probability. A session's length depends on its outcome, as an episode's does: a solved
-maze ends after 8-12 turns, a failed one at the 40-turn limit, each turn 0.8-1.2 time units. The
-ledger takes the outcomes in order of completion, so an arm's fast (solved) outcomes reach it before
-its slow ones: what the pairing of outcomes by arrival has to stand up to. A run ends at a verdict
-(rollback or promote) or, undecided, once every session started until the canary's ``BUDGET``-th
-one has reported.
+maze ends after 8-12 turns, a failed one at the 40-turn limit, each turn 0.8-1.2 s. Each session
+reports when it ends, with its duration, and the ledger takes the reports in that order at that
+time (``now``): it places each session at its start and pairs sessions by start once the horizon
+has passed (``HORIZON``, 48 s: the longest session). A run ends at a verdict (rollback or promote)
+or, undecided, once every session started until the canary's ``BUDGET``-th one has reported.
 
-The canary starts on a live name: the stable version's sessions already in flight at that moment
-report after it and count (``warm``, the default), as they do in the gateway. Variants: the maze
+The canary starts on a live name: the stable version's sessions in flight at that moment report
+after it and count (``warm``, the default), as they do in the gateway. Variants: the maze
 difficulty mix drifting over time (both arms' solve probabilities moved together on the logit
-scale, ``drift``); and, as controls that isolate a cause, both arms starting together (``cold``, also
-with drift), sessions whose length does not depend on their outcome (``independent``), and other
-session rates (more sessions in flight when the canary starts).
+scale, ``drift``); a horizon shorter than the longest sessions (``SHORT_HORIZON``, 40 s: about half
+of the failed sessions run longer and wait for no pair); and, as controls, both arms starting
+together (``cold``, also with drift), sessions whose length does not depend on their outcome
+(``independent``), and other session rates.
 
-The ledger's bookkeeping is replayed in bulk: the last-in-first-out pairing as the matching of a
-walk's up and down steps, the verdict read from a table of the real ``judge`` over (wins, losses).
-A run whose pairing could meet the waiting line's bound (``pending_max``) is replayed through the
-real ``fold`` and ``judge``, and ``--check`` runs are replayed through both and must agree on the
-verdict and the outcome it came at.
+The ledger is replayed by a compiled copy of its rules (benchmarks/support/guard_replay.py), the
+verdict read from a table of the real ``judge`` over (wins, losses); ``--check`` runs per checked
+setting (small budgets, and a waiting line of 8 so its bound drops sessions) are replayed through
+the real ``fold`` and ``judge`` as well and must agree on the verdict and the report it came at.
 
 Reported per scenario: the share of runs rolled back, promoted and undecided; under the null (canary
 = stable) the false-rollback and false-promotion rates with exact Clopper-Pearson 95% intervals;
 under effects (+5, +10, +20 and -5, -10, -20 points, capped at 0.99, and the base model as the
 canary: 44% against 97%) the share decided the right way (power) and the wrong way (with its
-interval), and the canary outcomes, all outcomes and canary sessions started until a decision
-(mean, median, p95 over the decided runs). Beside each null, the exact error rates of the same policy
-on independent fair pairs, as many as the budget collects (what a valid pairing would give).
-``--tables`` prints the tables of docs/benchmarks.md from the results file.
+interval), and the canary outcomes, all outcomes, canary sessions started and seconds since the
+canary started until a decision (mean, median, p95 over the decided runs). Beside each null, the
+exact error rates of the same policy on independent fair pairs, as many as the budget collects
+(what a valid pairing gives). ``--tables`` prints the tables of docs/benchmarks.md from the results
+file.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.gate_error_rate import clopper_pearson  # noqa: E402
 from benchmarks.support.provenance import provenance  # noqa: E402
+from benchmarks.support.guard_replay import replay  # noqa: E402
 from serving.config import GuardPolicy  # noqa: E402
 from serving.guard.ledger import Outcome, fold, fresh, judge  # noqa: E402
 
@@ -63,16 +65,19 @@ EFFECTS = (0.05, 0.10, 0.20, -0.05, -0.10, -0.20)
 BASE_AS_CANARY = (0.97, 0.44)  # (stable, canary): the untrained base against the GRPO version
 CANARY_SHARES = (0.1, 0.5)
 P_CAP = 0.99
-SOLVED_TURNS, TURN_LIMIT, PACE = (8, 12), 40, (0.8, 1.2)
-DRIFT_LOGIT, DRIFT_PERIOD = 1.0, 200.0  # amplitude on the logit scale; period in time units (turns)
-RATE, BUDGET = 4.0, 2000  # sessions started a turn; canary sessions a run may take
+SOLVED_TURNS, TURN_LIMIT, PACE = (8, 12), 40, (0.8, 1.2)  # a turn takes 0.8-1.2 s
+DRIFT_LOGIT, DRIFT_PERIOD = 1.0, 200.0  # amplitude on the logit scale; period in seconds
+RATE, BUDGET = 4.0, 2000  # sessions started a second; canary sessions a run may take
+HORIZON = TURN_LIMIT * PACE[1]  # 48 s: the longest session, so every session is paired
+SHORT_HORIZON = 40.0  # shorter than about half of the failed sessions (32-48 s): those are in no pair
 
 
 @dataclass(frozen=True)
 class Scenario:
     """One simulated setting: the arms' solve probabilities, the canary's share, how the canary
     starts (``warm``: on a name already serving; ``cold``: both arms from nothing), whether session
-    length depends on the outcome, the drift's amplitude (logit), sessions a turn, and the budget."""
+    length depends on the outcome, the drift's amplitude (logit), sessions a second, the budget and
+    the guard's horizon (seconds)."""
 
     stable: float
     canary: float
@@ -82,10 +87,11 @@ class Scenario:
     drift: float = 0.0
     rate: float = RATE
     budget: int = BUDGET
+    horizon: float = HORIZON
 
 
-def policy() -> GuardPolicy:
-    return GuardPolicy(promote=True)
+def policy(horizon: float = HORIZON) -> GuardPolicy:
+    return GuardPolicy(promote=True, horizon_s=horizon)
 
 
 def verdict_table(pol: GuardPolicy, n_max: int) -> tuple[np.ndarray, np.ndarray]:
@@ -133,8 +139,9 @@ def solve_prob(base: float, starts: np.ndarray, sc: Scenario, phase: float) -> n
 
 
 def traffic(rng: np.random.Generator, sc: Scenario) -> dict[str, np.ndarray]:
-    """One run's sessions in order of completion: ``canary`` (bool), ``solved`` (bool), ``end``
-    (time), and the canary's start times (sorted), for counting sessions exposed to it."""
+    """One run's sessions in order of completion: ``canary`` (bool), ``solved`` (bool), ``end`` and
+    ``start`` (seconds from the canary's start), and the canary's start times (sorted), for counting
+    sessions exposed to it."""
     size = int(sc.budget / sc.share * 1.2) + 64
     while True:
         starts = np.cumsum(rng.exponential(1 / sc.rate, size))
@@ -157,71 +164,38 @@ def traffic(rng: np.random.Generator, sc: Scenario) -> dict[str, np.ndarray]:
     keep = end > 0  # outcomes reported before the canary started belong to no ledger
     order = np.argsort(end[keep], kind="stable")
     return {"canary": canary[keep][order], "solved": solved[keep][order], "end": end[keep][order],
-            "canary_starts": np.sort(starts[canary])}
+            "start": starts[keep][order], "canary_starts": np.sort(starts[canary])}
 
 
-def pairs_of(canary: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The ledger's pairs as (waiting, arriving) indices in order of arrival, for an unbounded waiting
-    line, and the line's length after each outcome: an outcome waits until one of the other arm arrives and takes the newest waiting. That is
-    last in, first out, so with ``h`` the canary's outcomes less the stable's, an outcome moving
-    ``h`` away from 0 waits and is taken by the next one to cross the same edge of ``h`` back."""
-    step = np.where(canary, 1, -1)
-    h = np.cumsum(step)
-    # int16 sorts by radix, in linear time (|h| stays below the outcome count)
-    edge = np.where(canary, h - 1, h).astype(np.int16 if len(h) < 32000 else np.int32)
-    order = np.argsort(edge, kind="stable")
-    ranked = edge[order]
-    first = np.r_[True, ranked[1:] != ranked[:-1]]
-    rank = np.arange(len(order)) - np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
-    taken = np.flatnonzero(rank % 2 == 1)
-    partner = np.full(len(h), -1)
-    partner[order[taken]] = order[taken - 1]
-    arriving = np.flatnonzero(partner >= 0)
-    return partner[arriving], arriving, np.abs(h)
+def prepared(run: dict[str, np.ndarray], horizon: float) -> tuple[np.ndarray, ...]:
+    """The ledger's view of a run's reports: each session's start as ``fold`` places it (report time
+    less duration, floored to the millisecond), whether it waits for a pair (it ran no longer than
+    the horizon), and the waiting sessions in the order the ledger sorts them (start, then report)."""
+    duration = run["end"] - run["start"]
+    start = np.floor((run["end"] - np.maximum(0.0, duration)) * 1000) / 1000
+    included = duration <= horizon
+    waiting = np.flatnonzero(included)
+    return start, included, waiting[np.argsort(start[waiting], kind="stable")]
 
 
 def fast_verdict(run: dict[str, np.ndarray], table: tuple[np.ndarray, np.ndarray],
-                 pending_max: int) -> tuple[str | None, int] | None:
-    """The verdict and the index of the outcome it came at (undecided: None and the outcome count),
-    or None where the waiting line's bound could change a pair (replay that run)."""
-    waiting, arriving, line = pairs_of(run["canary"])
-    can = np.where(run["canary"][arriving], arriving, waiting)
-    sta = np.where(run["canary"][arriving], waiting, arriving)
-    diff = run["solved"][can].astype(np.int8) - run["solved"][sta].astype(np.int8)
-    disc = diff != 0
-    wins, at = np.cumsum(diff[disc] > 0), arriving[disc]
-    n = np.arange(1, len(wins) + 1)
-    roll, prom = table
-    if len(n) and n[-1] >= len(roll):
-        raise ValueError(f"the verdict table covers {len(roll) - 1} discordant pairs, the run has {n[-1]}")
-    hit = np.flatnonzero((wins <= roll[n]) | (wins >= prom[n]))
-    end = at[hit[0]] if len(hit) else len(run["canary"]) - 1
-    if bounded(waiting, arriving, line, end, pending_max):
-        return None
-    if not len(hit):
-        return None, len(run["canary"])
-    k = hit[0]
-    return ("rollback" if wins[k] <= roll[n[k]] else "promote"), int(at[k])
-
-
-def bounded(waiting: np.ndarray, arriving: np.ndarray, line: np.ndarray, end: int, pending_max: int) -> bool:
-    """Whether the bound on the waiting line drops an outcome that a pair up to outcome ``end`` takes:
-    the line keeps its newest ``pending_max``, so a waiting outcome is dropped once that many
-    have come above it."""
-    if line[: end + 1].max(initial=0) <= pending_max:
-        return False
-    for k in np.flatnonzero((arriving - waiting > pending_max) & (arriving <= end)):
-        i, j = waiting[k], arriving[k]
-        if line[i:j].max() - line[i] + 1 > pending_max:
-            return True
-    return False
+                 pol: GuardPolicy) -> tuple[str | None, int]:
+    """The verdict and the index of the report it came at (undecided: None and the report count),
+    from the compiled replay of the ledger (benchmarks/support/guard_replay.py)."""
+    start, included, order = prepared(run, pol.horizon_s)
+    code, at, *_ = replay(run["end"], start, run["canary"], run["solved"], included, order, float(pol.horizon_s),
+                          int(pol.pending_max), table[0], table[1])
+    return (None, "rollback", "promote")[code], int(at)
 
 
 def ledger_verdict(run: dict[str, np.ndarray], pol: GuardPolicy) -> tuple[str | None, int]:
-    """The same through the real ledger: every outcome folded in, the ledger judged after each."""
+    """The same through the real ledger: every report folded in at its time, the ledger judged after each."""
     doc = fresh("sim", "c" * 12, "start", "s" * 12)
-    for i, (is_canary, solved) in enumerate(zip(run["canary"].tolist(), run["solved"].tolist())):
-        doc = fold(doc, "canary" if is_canary else "stable", f"session-{i}", Outcome(solved=solved), pol.pending_max)
+    duration = run["end"] - run["start"]
+    for i, (is_canary, solved, end, took) in enumerate(zip(run["canary"].tolist(), run["solved"].tolist(),
+                                                            run["end"].tolist(), duration.tolist())):
+        doc = fold(doc, "canary" if is_canary else "stable", f"session-{i}", Outcome(solved=solved, duration_s=took),
+                   now=end, horizon_s=pol.horizon_s, pending_max=pol.pending_max)
         found = judge(doc, pol)
         if found:
             return found.action, i
@@ -240,30 +214,45 @@ def interval(k: int, n: int) -> list[float]:
     return [round(v, 4) for v in clopper_pearson(k, n)]
 
 
-def simulate(sc: Scenario, runs: int, seed: int, table: tuple[np.ndarray, np.ndarray], pol: GuardPolicy) -> dict:
-    """``runs`` canaries of scenario ``sc``: verdict shares, intervals and outcomes to a decision."""
-    rng = np.random.default_rng(seed)
-    counts, replayed = {"rollback": 0, "promote": 0, None: 0}, 0
-    to_decision: dict[str, list[int]] = {"canary_outcomes": [], "outcomes": [], "canary_sessions_started": []}
+def paired_share(horizon: float) -> float:
+    """The share of failed sessions that end within ``horizon`` (their length is uniform over the
+    turn limit's paces; solved sessions always do): the rest wait for no pair."""
+    low, high = TURN_LIMIT * PACE[0], TURN_LIMIT * PACE[1]
+    return min(1.0, max(0.0, (horizon - low) / (high - low)))
+
+
+def iid_pairs(sc: Scenario) -> int:
+    """The discordant pairs a canary on the null collects in its budget, if every waiting canary
+    session is paired: what the iid reference is computed on."""
+    kept = paired_share(sc.horizon)
+    p = sc.stable / (sc.stable + (1 - sc.stable) * kept)  # the solve rate among paired sessions
+    return round(sc.budget * (sc.stable + (1 - sc.stable) * kept) * 2 * p * (1 - p))
+
+
+def simulate(sc: Scenario, runs: int, seed: int, table: tuple[np.ndarray, np.ndarray]) -> dict:
+    """``runs`` canaries of scenario ``sc``: verdict shares, intervals, and reports, sessions and
+    seconds to a decision."""
+    rng, pol = np.random.default_rng(seed), policy(sc.horizon)
+    counts = {"rollback": 0, "promote": 0, None: 0}
+    to_decision: dict[str, list[float]] = {"canary_outcomes": [], "outcomes": [], "canary_sessions_started": [],
+                                           "seconds": []}
     for _ in range(runs):
         run = traffic(rng, sc)
-        found = fast_verdict(run, table, pol.pending_max)
-        if found is None:
-            found, replayed = ledger_verdict(run, pol), replayed + 1
-        action, at = found
+        action, at = fast_verdict(run, table, pol)
         counts[action] += 1
         if action:
             to_decision["outcomes"].append(at + 1)
             to_decision["canary_outcomes"].append(int(run["canary"][: at + 1].sum()))
             to_decision["canary_sessions_started"].append(
                 int(np.searchsorted(run["canary_starts"], run["end"][at], side="right")))
+            to_decision["seconds"].append(float(run["end"][at]))
     out = {**asdict(sc), "runs": runs, "rollback": round(counts["rollback"] / runs, 4),
            "promote": round(counts["promote"] / runs, 4), "undecided": round(counts[None] / runs, 4),
-           "replayed_through_ledger": replayed, "to_decision": {k: spread(v) for k, v in to_decision.items()}}
+           "to_decision": {k: spread(v) for k, v in to_decision.items()}}
     if sc.canary == sc.stable:
         out.update(false_rollback_ci95=interval(counts["rollback"], runs),
                    false_promotion_ci95=interval(counts["promote"], runs),
-                   iid_reference=iid_reference(table, round(sc.budget * 2 * sc.stable * (1 - sc.stable))))
+                   iid_reference=iid_reference(table, iid_pairs(sc)))
     else:
         right, wrong = ("promote", "rollback") if sc.canary > sc.stable else ("rollback", "promote")
         out.update(power=out[right], wrong=out[wrong], wrong_ci95=interval(counts[wrong], runs))
@@ -281,34 +270,35 @@ def alternatives() -> list[tuple[float, float]]:
     return [*found, BASE_AS_CANARY]
 
 
-def check(runs: int, seed: int, table: tuple[np.ndarray, np.ndarray], pol: GuardPolicy) -> dict:
-    """``runs`` runs per checked scenario replayed through the fast path and the real ledger (at a
-    small budget, so the real ledger's per-outcome cost stays affordable, and with a short waiting
-    line on some, so the bound is met): verdicts and the outcome each came at must agree."""
-    rng_seed, agreed, total, bounded = seed, 0, 0, 0
-    cases = [Scenario(0.44, 0.44, 0.1), Scenario(0.44, 0.54, 0.5), Scenario(0.90, 0.80, 0.1, drift=DRIFT_LOGIT),
-             Scenario(0.97, 0.44, 0.5, start="cold"), Scenario(0.90, 0.90, 0.5, durations="independent")]
-    for base in cases:
+CHECKED = (Scenario(0.44, 0.44, 0.1), Scenario(0.44, 0.54, 0.5), Scenario(0.90, 0.80, 0.1, drift=DRIFT_LOGIT),
+           Scenario(0.97, 0.44, 0.5, start="cold"), Scenario(0.90, 0.90, 0.5, durations="independent"),
+           Scenario(0.44, 0.44, 0.5, horizon=SHORT_HORIZON), Scenario(0.44, 0.64, 0.1, rate=16.0))
+
+
+def check(runs: int, seed: int, table: tuple[np.ndarray, np.ndarray]) -> dict:
+    """``runs`` runs per checked setting replayed through the compiled replay and the real ledger (at
+    a small budget, so the real ledger's per-report cost stays affordable, and with a waiting line of
+    8 on half, so its bound drops sessions): verdicts and the report each came at must agree."""
+    agreed = total = decided = 0
+    for base in CHECKED:
         sc = replace(base, budget=150)
-        for small in (False, True):
-            pol_here = policy().model_copy(update={"pending_max": 8}) if small else pol
-            rng = np.random.default_rng(rng_seed)
-            rng_seed += 1
+        for line in (1000, 8):
+            pol = policy(sc.horizon).model_copy(update={"pending_max": line})
+            rng = np.random.default_rng(seed)
+            seed += 1
             for _ in range(runs):
                 run = traffic(rng, sc)
-                fast = fast_verdict(run, table, pol_here.pending_max)
-                bounded += fast is None
-                slow = ledger_verdict(run, pol_here)
-                agreed += fast is None or fast == slow
+                fast = fast_verdict(run, table, pol)
+                agreed += fast == ledger_verdict(run, pol)
+                decided += fast[0] is not None
                 total += 1
-    return {"runs": total, "agreed": agreed, "met_the_bound": bounded, "budget": 150,
-            "pending_max": [pol.pending_max, 8]}
+    return {"runs": total, "agreed": agreed, "decided": decided, "budget": 150, "pending_max": [1000, 8]}
 
 
-def group(scenarios: list[Scenario], runs: int, seed: int, table, pol: GuardPolicy) -> tuple[list[dict], int]:
+def group(scenarios: list[Scenario], runs: int, seed: int, table) -> tuple[list[dict], int]:
     out = []
     for sc in scenarios:
-        out.append(simulate(sc, runs, seed, table, pol))
+        out.append(simulate(sc, runs, seed, table))
         seed += 1
     return out, seed
 
@@ -335,8 +325,8 @@ def held(scenarios: list[dict], pol: GuardPolicy) -> dict:
 
 
 VARIANTS = (("null", "started on a live name"), ("null_drift", "the same, drifting mix"),
-            ("null_cold", "both arms from a cold start"), ("null_cold_drift", "cold start, drifting mix"),
-            ("null_independent", "lengths independent of outcome"))
+            ("null_short", "the same, horizon 40 s"), ("null_cold", "both arms from a cold start"),
+            ("null_cold_drift", "cold start, drifting mix"), ("null_independent", "lengths independent of outcome"))
 
 
 def _pct(share: float, ci: list[float] | None = None) -> str:
@@ -350,11 +340,11 @@ def _pct(share: float, ci: list[float] | None = None) -> str:
 
 def markdown_tables(results: dict) -> str:
     """The docs' tables, from the results file: the null's error rates per variant, stable solve rate
-    and canary share; then each effect's verdicts and outcomes to a decision."""
+    and canary share; then each effect's verdicts, and outcomes and seconds to a decision."""
     lines = ["| canary on the null | stable | runs | rolled back, 10% | promoted, 10% | rolled back, 50% | "
              "promoted, 50% | iid pairs, each way |", "|---|---|---|---|---|---|---|---|"]
     rows = [(label, s) for key, label in VARIANTS for s in results[key]]
-    rows += [(f"started on a live name, {s['rate']:g} a turn", s) for s in results["null_rates"]]
+    rows += [(f"started on a live name, {s['rate']:g} a second", s) for s in results["null_rates"]]
     done = set()
     for label, s in rows:
         if (label, s["stable"]) in done:
@@ -368,16 +358,19 @@ def markdown_tables(results: dict) -> str:
         lines.append(f"| {label} | {s['stable']:.0%} | {s['runs']} | {' | '.join(cells)} | "
                      f"{_pct(s['iid_reference']['promote'])} |")
     lines += ["", "| stable | canary | share | decided right | wrong way | undecided | canary outcomes to a decision, "
-              "median (p95) | canary sessions started, median | right, drifting mix | right, cold start |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    for s, d, c in zip(results["effects"], results["effects_drift"], results["effects_cold"]):
+              "median (p95) | canary sessions started, median | seconds to a decision, median (p95) | "
+              "right, drifting mix | right, cold start | right, horizon 40 s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s, d, c, h in zip(results["effects"], results["effects_drift"], results["effects_cold"],
+                          results["effects_short"]):
         to = s["to_decision"]
         outs = "-" if to["canary_outcomes"] is None else \
             f"{to['canary_outcomes']['median']:g} ({to['canary_outcomes']['p95']:.0f})"
         started = "-" if to["canary_sessions_started"] is None else f"{to['canary_sessions_started']['median']:g}"
+        secs = "-" if to["seconds"] is None else f"{to['seconds']['median']:.0f} ({to['seconds']['p95']:.0f})"
         lines.append(f"| {s['stable']:.0%} | {s['canary']:.0%} | {s['share']:.0%} | {_pct(s['power'])} | "
-                     f"{_pct(s['wrong'], s['wrong_ci95'])} | {_pct(s['undecided'])} | {outs} | {started} | "
-                     f"{_pct(d['power'])} | {_pct(c['power'])} |")
+                     f"{_pct(s['wrong'], s['wrong_ci95'])} | {_pct(s['undecided'])} | {outs} | {started} | {secs} | "
+                     f"{_pct(d['power'])} | {_pct(c['power'])} | {_pct(h['power'])} |")
     return "\n".join(lines)
 
 
@@ -401,7 +394,7 @@ def main() -> int:
     t0 = time.process_time()
     pol = policy()
     table = verdict_table(pol, BUDGET + 1)
-    checked = check(args.check, args.seed + 1000, table, pol)
+    checked = check(args.check, args.seed + 1000, table)
     if checked["agreed"] != checked["runs"]:
         raise SystemExit(f"the bulk replay disagrees with the real ledger: {checked}")
     seed, out = args.seed, {}
@@ -411,17 +404,22 @@ def main() -> int:
             ("null_cold", nulls(start="cold"), args.null_runs),
             ("null_cold_drift", nulls(start="cold", drift=DRIFT_LOGIT), args.control_runs),
             ("null_independent", nulls(durations="independent"), args.control_runs),
-            ("null_rates", rates, args.control_runs), ("effects", effects(), args.alt_runs),
+            ("null_rates", rates, args.control_runs), ("null_short", nulls(horizon=SHORT_HORIZON), args.control_runs),
+            ("effects", effects(), args.alt_runs),
             ("effects_drift", effects(drift=DRIFT_LOGIT), args.variant_alt_runs),
-            ("effects_cold", effects(start="cold"), args.variant_alt_runs)):
-        out[key], seed = group(scenarios, runs, seed, table, pol)
+            ("effects_cold", effects(start="cold"), args.variant_alt_runs),
+            ("effects_short", effects(horizon=SHORT_HORIZON), args.variant_alt_runs)):
+        out[key], seed = group(scenarios, runs, seed, table)
         print(f"{key}: {len(scenarios)} scenarios, {time.process_time() - t0:.0f} s", file=sys.stderr)
     doc = {"what": "the live guard's default policy (promote on) on simulated live traffic: false rollbacks and "
-                   "promotions under the null (canary = stable), power and sessions to a decision under effects",
+                   "promotions under the null (canary = stable), power and sessions and seconds to a decision under "
+                   "effects",
            "policy": pol.model_dump(),
-           "traffic": {"rate_per_turn": RATE, "budget_canary_sessions": BUDGET,
-                       "solved_turns": list(SOLVED_TURNS), "turn_limit": TURN_LIMIT, "time_per_turn": list(PACE),
-                       "drift_logit": DRIFT_LOGIT, "drift_period_turns": DRIFT_PERIOD, "canary_cap": P_CAP},
+           "traffic": {"rate_per_s": RATE, "budget_canary_sessions": BUDGET,
+                       "solved_turns": list(SOLVED_TURNS), "turn_limit": TURN_LIMIT, "seconds_per_turn": list(PACE),
+                       "drift_logit": DRIFT_LOGIT, "drift_period_s": DRIFT_PERIOD, "canary_cap": P_CAP,
+                       "horizon_s": HORIZON, "short_horizon_s": SHORT_HORIZON,
+                       "failed_paired_short_horizon": paired_share(SHORT_HORIZON)},
            "checked_against_ledger": checked, **out,
            "summary": {"alpha_rollback": pol.alpha_rollback, "alpha_promote": pol.alpha_promote,
                        **{key: held(out[key], pol) for key in out if key.startswith("null")}},

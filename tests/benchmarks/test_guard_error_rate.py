@@ -1,6 +1,6 @@
-"""benchmarks/guard_error_rate.py's parts: the verdict table and the bulk pairing agree with the real
-ledger (serving.guard.ledger), the iid reference is the exact one, and the results file is
-consistent with itself."""
+"""benchmarks/guard_error_rate.py's parts: the verdict table and the compiled replay of the ledger's
+pairing agree with the real ledger (serving.guard.ledger), the iid reference is the exact one, and
+the results file is consistent with itself."""
 
 from __future__ import annotations
 
@@ -11,19 +11,22 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.guard_error_rate import (
+    SHORT_HORIZON,
     Scenario,
     check,
     fast_verdict,
     iid_reference,
     ledger_verdict,
-    pairs_of,
     policy,
+    prepared,
     traffic,
     verdict_table,
 )
+from benchmarks.support.guard_replay import replay
 from serving.guard.ledger import Outcome, fold, fresh, judge
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "guard_error_rate.json"
+NEVER = (np.full(5000, -1, dtype=np.int64), np.full(5000, 10 ** 9, dtype=np.int64))  # a table that never decides
 
 
 def test_the_verdict_table_is_the_ledgers_judge_on_every_count():
@@ -39,27 +42,44 @@ def test_the_verdict_table_is_the_ledgers_judge_on_every_count():
     assert roll[6] == -1 and prom[6] == 7  # 6 pairs all one way is not yet 1/alpha
 
 
-def test_the_bulk_pairing_is_the_ledgers_pairing():
+def _ledger_pairs(run: dict, horizon: float, pending_max: int) -> dict:
+    doc = fresh("sim", "c" * 12, "start", "s" * 12)
+    for i, (c, s, end, start) in enumerate(zip(run["canary"].tolist(), run["solved"].tolist(), run["end"].tolist(),
+                                               run["start"].tolist())):
+        doc = fold(doc, "canary" if c else "stable", f"s{i}", Outcome(solved=s, duration_s=end - start), now=end,
+                   horizon_s=horizon, pending_max=pending_max)
+    return doc["pairs"]
+
+
+def test_the_replay_pairs_as_the_ledger_ties_and_the_lines_bound_included():
+    """Starts on a 100 ms grid make equal starts and equal distances common, so the ledger's order
+    among them is exercised; a line of 20 drops sessions; a horizon inside the sessions' lengths
+    leaves some out."""
     rng = np.random.default_rng(3)
     for share in (0.1, 0.5, 0.9):
-        canary, solved = rng.random(400) < share, rng.random(400) < 0.6
-        doc = fresh("sim", "c" * 12, "start", "s" * 12)
-        for i, (c, s) in enumerate(zip(canary.tolist(), solved.tolist())):
-            doc = fold(doc, "canary" if c else "stable", f"s{i}", Outcome(solved=s), 1000)
-        waiting, arriving, _ = pairs_of(canary)
-        can = np.where(canary[arriving], arriving, waiting)
-        sta = np.where(canary[arriving], waiting, arriving)
-        wins = int((solved[can] & ~solved[sta]).sum())
-        losses = int((~solved[can] & solved[sta]).sum())
-        assert doc["pairs"] == {"wins": wins, "losses": losses, "ties": len(arriving) - wins - losses}
+        for horizon, line in ((30.0, 1000), (30.0, 20), (12.0, 1000)):
+            start = np.sort(np.round(rng.uniform(0, 600, 300), 1))
+            end = start + np.round(rng.uniform(0.5, 25, 300), 1)
+            order = np.argsort(end, kind="stable")
+            run = {"canary": (rng.random(300) < share)[order], "solved": (rng.random(300) < 0.6)[order],
+                   "end": end[order], "start": start[order]}
+            starts, included, waiting = prepared(run, horizon)
+            _, _, wins, losses, ties = replay(run["end"], starts, run["canary"], run["solved"], included, waiting,
+                                              horizon, line, *NEVER)
+            expected = _ledger_pairs(run, horizon, line)
+            assert {"wins": wins, "losses": losses, "ties": ties} == expected, (share, horizon, line)
+            assert wins + losses + ties > 0
 
 
-def test_fast_verdicts_match_the_real_ledger_and_the_waiting_lines_bound_is_caught():
-    pol, table = policy(), verdict_table(policy(), 400)
-    out = check(2, 5, table, pol)
-    assert out["agreed"] == out["runs"] == 20 and out["met_the_bound"] > 0
-    run = traffic(np.random.default_rng(1), replace(Scenario(0.44, 0.64, 0.5), budget=120))
-    assert fast_verdict(run, table, pol.pending_max) == ledger_verdict(run, pol)
+def test_fast_verdicts_match_the_real_ledger():
+    table = verdict_table(policy(), 400)
+    out = check(2, 5, table)
+    assert out["agreed"] == out["runs"] == 28 and out["decided"] > 0
+    for sc in (Scenario(0.44, 0.64, 0.5), Scenario(0.90, 0.44, 0.1, horizon=SHORT_HORIZON)):
+        run = traffic(np.random.default_rng(1), replace(sc, budget=120))
+        pol = policy(sc.horizon)
+        found = fast_verdict(run, table, pol)
+        assert found == ledger_verdict(run, pol) and found[0] is not None
 
 
 def test_the_iid_reference_is_exact_and_within_alpha():
@@ -74,6 +94,7 @@ def test_the_results_file_holds_its_verdicts():
     doc = json.loads(RESULTS.read_text())
     a_roll, a_prom = doc["policy"]["alpha_rollback"], doc["policy"]["alpha_promote"]
     assert doc["checked_against_ledger"]["agreed"] == doc["checked_against_ledger"]["runs"] > 0
+    assert doc["policy"]["horizon_s"] == doc["traffic"]["horizon_s"]
     for key, summary in doc["summary"].items():
         if not key.startswith("null"):
             continue
@@ -82,7 +103,9 @@ def test_the_results_file_holds_its_verdicts():
         assert summary["max_false_rollback"] == max(s["rollback"] for s in nulls)
         assert summary["within_alpha"] == all(s["false_rollback_ci95"][1] <= a_roll
                                               and s["false_promotion_ci95"][1] <= a_prom for s in nulls)
-    for key in ("null", "null_drift", "null_cold", "effects", "effects_drift", "effects_cold"):
+    for key in ("null", "null_drift", "null_cold", "null_short", "effects", "effects_drift", "effects_cold",
+                "effects_short"):
         for s in doc[key]:
             assert abs(s["rollback"] + s["promote"] + s["undecided"] - 1) < 1e-3
-    assert all(s["runs"] >= 10000 for s in doc["null"] + doc["null_drift"])
+    assert all(s["horizon"] == doc["traffic"]["short_horizon_s"] for s in doc["null_short"] + doc["effects_short"])
+    assert all(s["runs"] >= 10000 for s in doc["null"] + doc["null_drift"] + doc["null_cold"])
