@@ -12,7 +12,9 @@ which sessions make a pair depends on start times and the clock alone, and under
 each discordant pair is a fair coin (the test in ``serving.guard.evidence``;
 benchmarks/guard_error_rate.py measures the rates on simulated traffic). A session that ran longer
 than the horizon is counted in its arm and in no pair (the sessions that started with it may be
-paired already); the same rule for both arms. A session that ended on an endpoint error solved nothing it could be judged on: it counts in
+paired already), and so is one that started before the canary did: of the sessions already running
+when a canary starts, the ones that report after it are mostly the long, failed ones, and pairing
+them with the canary's first sessions would favour the canary. The same rules hold for both arms. A session that ended on an endpoint error solved nothing it could be judged on: it counts in
 the error guard rail, not in a pair.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from datetime import datetime
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -65,9 +68,10 @@ def _arm() -> dict[str, Any]:
 
 
 def fresh(name: str, canary_version: str, started_at: str, stable: str) -> dict[str, Any]:
-    """An empty ledger for the canary ``canary_version`` of ``name`` (started at ``started_at``)
-    against ``stable``."""
-    return {"name": name, "canary": canary_version, "started_at": started_at, "stable": stable,
+    """An empty ledger for the canary ``canary_version`` of ``name`` (started at ``started_at``, ISO
+    8601) against ``stable``."""
+    since = datetime.fromisoformat(started_at).timestamp() if started_at else 0.0
+    return {"name": name, "canary": canary_version, "started_at": started_at, "since": since, "stable": stable,
             "arms": {arm: _arm() for arm in ARMS}, "waiting": [],
             "pairs": {"wins": 0, "losses": 0, "ties": 0}, "seen": [], "found_better": None, "verdict": None,
             "updated_at": time.time()}
@@ -118,8 +122,10 @@ def fold(doc: dict[str, Any], arm: str, session: str, outcome: Outcome, *, now: 
         counts["errors"] += 1
     else:
         counts["solved"] += int(outcome.solved)
-        if outcome.duration_s <= horizon_s:  # else sessions that started with it may be paired already
-            started = math.floor((now - max(0.0, outcome.duration_s)) * 1000) / 1000  # ms, never later than it was
+        started = math.floor((now - max(0.0, outcome.duration_s)) * 1000) / 1000  # ms, never later than it was
+        # Longer than the horizon: sessions that started with it may be paired already. Started before the
+        # canary: of those, only the ones still running when it started report, mostly failures.
+        if outcome.duration_s <= horizon_s and started >= doc.get("since", 0.0):
             new["waiting"].append([started, "c" if arm == "canary" else "s", int(outcome.solved)])
     _settle(new, now, horizon_s, pending_max)
     return new

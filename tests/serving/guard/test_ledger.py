@@ -12,8 +12,8 @@ H = 10.0  # the horizon the tests pair with
 WON, LOST = Outcome(solved=True, duration_s=H), Outcome(solved=False, duration_s=H)  # paired as they arrive
 
 
-def ledger():
-    return fresh("agent", "c" * 12, "2026-01-01T00:00:00+00:00", "s" * 12)
+def ledger(started_at: str = "1970-01-01T00:00:00+00:00"):
+    return fresh("agent", "c" * 12, started_at, "s" * 12)
 
 
 def play(doc, *reports, pending_max=1000, t0=None):
@@ -45,15 +45,25 @@ def test_the_order_outcomes_arrive_in_decides_nothing():
 
 
 def test_a_session_counts_once_and_errors_and_overlong_ones_pair_with_nothing():
-    doc = fold(ledger(), "canary", "s1", WON, now=1.0, horizon_s=H, pending_max=1000)
-    assert fold(doc, "canary", "s1", WON, now=2.0, horizon_s=H, pending_max=1000) is None
+    doc = fold(ledger(), "canary", "s1", WON, now=21.0, horizon_s=H, pending_max=1000)
+    assert fold(doc, "canary", "s1", WON, now=22.0, horizon_s=H, pending_max=1000) is None
     assert "s1" not in str(doc["seen"])  # only digests are kept
-    doc = fold(doc, "stable", "s2", Outcome(solved=False, error=True, latency_s=0.5), now=3.0, horizon_s=H,
+    doc = fold(doc, "stable", "s2", Outcome(solved=False, error=True, latency_s=0.5), now=23.0, horizon_s=H,
                pending_max=1000)
-    doc = fold(doc, "stable", "s3", Outcome(solved=True, duration_s=H + 1), now=4.0, horizon_s=H, pending_max=1000)
+    doc = fold(doc, "stable", "s3", Outcome(solved=True, duration_s=H + 1), now=24.0, horizon_s=H, pending_max=1000)
     assert doc["pairs"] == {"wins": 0, "losses": 0, "ties": 0} and doc["arms"]["stable"]["errors"] == 1
     assert doc["arms"]["stable"]["sessions"] == 2 and doc["arms"]["stable"]["solved"] == 1
     assert [e[1] for e in doc["waiting"]] == ["c"]
+
+
+def test_a_session_that_started_before_the_canary_pairs_with_nothing():
+    doc = ledger("1970-01-01T00:01:40+00:00")  # the canary started at t = 100
+    assert doc["since"] == 100.0
+    doc = play(doc, ("stable", Outcome(False, duration_s=9), 105.0), ("canary", Outcome(True, duration_s=2), 106.0),
+               ("stable", Outcome(True, duration_s=1), 105.5), ("canary", WON, 200.0))
+    # the stable session that started at 96 (still running at 100) is counted, in no pair: the canary's
+    # session of 104 pairs with the stable one of 104.5
+    assert doc["arms"]["stable"]["sessions"] == 2 and doc["pairs"] == {"wins": 0, "losses": 0, "ties": 1}
 
 
 def test_the_waiting_line_keeps_the_newest():
@@ -100,9 +110,9 @@ def test_guard_rails_on_errors_and_latency():
 
 def test_a_new_canary_run_starts_a_new_ledger():
     doc = ledger()
-    assert same_canary(doc, "c" * 12, "2026-01-01T00:00:00+00:00", "s" * 12)
+    assert same_canary(doc, "c" * 12, "1970-01-01T00:00:00+00:00", "s" * 12)
     assert not same_canary(doc, "c" * 12, "2026-01-02T00:00:00+00:00", "s" * 12)  # restarted
-    assert not same_canary(doc, "c" * 12, "2026-01-01T00:00:00+00:00", "t" * 12)  # stable moved
+    assert not same_canary(doc, "c" * 12, "1970-01-01T00:00:00+00:00", "t" * 12)  # stable moved
     assert "seen" not in summary(doc) and summary(doc)["evidence"]["wins"] == 0 and summary(doc)["waiting"] == 0
 
 

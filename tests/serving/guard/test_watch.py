@@ -7,6 +7,7 @@ new keeper (a restarted gateway) carries on; concurrent reports all count."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -17,7 +18,7 @@ from serving.guard import CanaryGuard, Outcome
 from tests.support.adapter_store import make_adapter
 
 PASSED = {"ok": True, "frames": 4, "max_abs_diff": 0.004, "reference": "hf+peft"}
-H = 0.5  # the horizon: each report below ran that long, so it is paired as it comes in
+H = 0.2  # the horizon: each report below ran that long, so it is paired as it comes in
 WON, LOST = Outcome(solved=True, duration_s=H), Outcome(solved=False, duration_s=H)
 SPEC = GuardSpec(names={"agent": {"horizon_s": H}})
 
@@ -30,6 +31,7 @@ def canary(store, tmp_path):
     store.promote("agent", stable)
     store.record_parity("agent", cand, PASSED)
     store.canary("agent", cand, 50)
+    time.sleep(H + 0.1)  # every session reported below started after the canary (the ledger pairs only those)
     return store, stable, cand
 
 
@@ -138,6 +140,7 @@ def test_the_cli_shows_the_guard_and_its_move_in_the_history(s3_server, tmp_path
     store.record_parity("agent", cand, PASSED)
     run = lambda *a: CliRunner().invoke(main, ["-c", cfg, "adapters", *a])  # noqa: E731
     store.canary("agent", cand, 50)
+    time.sleep(H + 0.1)
     assert "no canary judged yet" in run("guard", "agent").output
     play(CanaryGuard(store, SPEC), stable, cand, store, 7)
     shown = run("guard", "agent")
