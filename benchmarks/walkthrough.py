@@ -11,7 +11,9 @@ results database and watch ledger), so it never touches a stack or a curve of yo
 
 Writes ``benchmarks/results/walkthrough.json``: per exported step the served score (solved of 64),
 the trainer's own pass@1, the version, when the score landed (seconds after submit), the run's
-wall time from submit to the last score, and the exact commands.
+wall time from submit to the last score, and the exact commands. With ``--gate`` the watcher puts
+every step through the offline gate (``maze-train watch --gate``) and each step carries the gate's
+decision and the version the name served at the end (``--out benchmarks/results/walkthrough_gated.json``).
 """
 
 from __future__ import annotations
@@ -122,7 +124,8 @@ def curve(db: Path, job: str, lines: list[tuple[float, str]]) -> list[dict]:
         if ": served " in line and line.startswith("step "):
             landed[int(line.split(":", 1)[0].removeprefix("step "))] = t
     return [{"step": p.step, "served_solved": round(p.served * p.n), "n": p.n, "served": round(p.served, 4),
-             "trainer_pass_at_1": p.trainer_pass_at_1, "version": p.version, "scored_at_s": landed.get(p.step)}
+             "trainer_pass_at_1": p.trainer_pass_at_1, "version": p.version, "scored_at_s": landed.get(p.step),
+             **({"gate": p.gate} if p.gate is not None else {})}
             for p in c.points]
 
 
@@ -133,7 +136,7 @@ def seed_spec(tmp: Path, spec: dict, seed: int) -> Path:
     return path
 
 
-def one_run(spec_path: str, adapter: str, ctx: dict) -> dict:
+def one_run(spec_path: str, adapter: str, ctx: dict, gate: bool = False) -> dict:
     """Submit one job and watch it to its end: its served curve, wall time and commands."""
     spec = yaml.safe_load((ROOT / spec_path).read_text())
     from training.spec import TrainSpec
@@ -148,7 +151,7 @@ def one_run(spec_path: str, adapter: str, ctx: dict) -> dict:
     _say(f"submitted {job} (seed {seed})")
     watch = _cli("training.cli", "watch", job, "--adapter", adapter, "--address", address,
                  "--serving-config", str(ctx["serving"]), "--endpoint", ctx["base_url"],
-                 "--ledger", str(tmp / f"ledger-{adapter}.json"), "--interval", "10")
+                 "--ledger", str(tmp / f"ledger-{adapter}.json"), "--interval", "10", *(["--gate"] if gate else []))
     lines = watch_lines(watch, env, t0)
     wall_s = round(time.monotonic() - t0, 1)
     points = curve(ctx["db"], job, lines)
@@ -177,6 +180,8 @@ def main() -> None:
     parser.add_argument("--trainer-seeds", type=int, nargs="+", default=None,
                         help="run the spec once per trainer seed (optim.seed) on one gateway and Ray head; the first "
                              "run's curve is the file's headline, all runs' scores per step its spread")
+    parser.add_argument("--gate", action="store_true",
+                        help="gate every step (maze-train watch --gate): the alias moves only on the gate's pass")
     parser.add_argument("--out", default=str(OUT), help="results file")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="maze-walk-", dir="/tmp"))
@@ -196,7 +201,18 @@ def main() -> None:
     try:
         head, address, ray_cmd = ray_head(tmp / "ray", env)
         ctx = {"env": env, "address": address, "tmp": tmp, "serving": serving, "base_url": base_url, "db": db}
-        runs = [one_run(path, adapter, ctx) for path, adapter in plan]
+        runs = [one_run(path, adapter, ctx, args.gate) for path, adapter in plan]
+        if args.gate:
+            from serving.adapters import AdapterStore, export_s3_env
+            from serving.config import ServingConfig
+
+            cfg = ServingConfig.model_validate(yaml.safe_load(serving.read_text()))
+            export_s3_env(cfg)
+            store = AdapterStore(cfg.adapters)
+            for run in runs:
+                run["served_at_end"] = store.resolve(run["adapter"]).version
+                run["history"] = [{k: v for k, v in m.__dict__.items() if v is not None}
+                                  for m in store.history(run["adapter"])]
     finally:
         if head is not None:
             _stop(head)
@@ -209,6 +225,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
         "gateway_up_s": round(up_s, 1),
         **{k: first[k] for k in ("submit_to_last_score_s", "first_step", "best_step", "rise_solved", "curve")},
+        **({"gated": True, "served_at_end": first["served_at_end"], "history": first["history"]} if args.gate else {}),
         "commands": [" ".join(up), " ".join(ray_cmd), *first["commands"]],
         "watch_output": first["watch_output"],
     }

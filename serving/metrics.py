@@ -34,6 +34,11 @@ def _instruments() -> dict:
                             tag_keys=("route", "status")),
         "latency": Histogram("maze_gateway_request_latency_seconds", "HTTP request latency until the last byte",
                              boundaries=LATENCY_BOUNDS_S, tag_keys=("route",)),
+        # A stream's latency to the last byte is its length; to the response's start it is the time to
+        # its first chunk, the wait a client feels (also the Server-Timing header's `total`).
+        "response_start": Histogram("maze_gateway_response_start_latency_seconds",
+                                    "HTTP request latency until the response starts (a stream's first chunk)",
+                                    boundaries=LATENCY_BOUNDS_S, tag_keys=("route",)),
         "resolutions": Counter("maze_gateway_adapter_resolutions",
                                "adapter name -> version resolutions by result (hit, miss, not_found, unavailable)",
                                tag_keys=("result",)),
@@ -76,6 +81,14 @@ def _instruments() -> dict:
                                  "requests of an adapter name under a canary, by the version and arm (stable, canary) "
                                  "that served them", tag_keys=("adapter", "version", "arm")),
         # Per API key (serving.auth.usage): the key's tenant name and the model the gateway resolved.
+        # The live guard (serving.guard): outcomes reported per session, and the decisions they led to.
+        "guard_outcomes": Counter("maze_gateway_guard_outcomes",
+                                  "session outcomes reported to the live guard, by the arm they counted for (canary, "
+                                  "stable; none when not counted) and result (counted, not_counted)",
+                                  tag_keys=("adapter", "arm", "result")),
+        "guard_decisions": Counter("maze_gateway_guard_decisions",
+                                   "the live guard's decisions on canaries: rollback, promote, better (found better, "
+                                   "promotion left to a person)", tag_keys=("adapter", "decision")),
         "key_requests": Counter("maze_gateway_key_requests",
                                 "requests per API key and model by HTTP status (429: refused by the key's limits)",
                                 tag_keys=("key", "model", "status")),
@@ -103,7 +116,7 @@ def metric(name: str):
 
 def route_of(path: str) -> str:
     """Low-cardinality route label (adapter names and ids never become label values)."""
-    for known in ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/episodes", "/v1/leaderboard",
+    for known in ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/episodes", "/v1/outcomes", "/v1/leaderboard",
                   "/v1/usage", "/v1/adapters", "/health", "/ready"):
         if path == known or path.startswith(known + "/"):
             return known

@@ -120,4 +120,8 @@ def scripted(scripted_url):
         def requests() -> list[dict]:
             return httpx.get(f"{root}/requests").json()
 
+        @staticmethod
+        def outcomes() -> list[dict]:
+            return httpx.get(f"{root}/outcomes").json()
+
     return Handle

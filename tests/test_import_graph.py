@@ -149,10 +149,11 @@ ROOM_RULES = {
     "auth": {"adapters"},  # a key's model patterns match ModelIds
     "placement": {"adapters"},
     "engine": {"adapters", "placement"},
-    "ingress": {"adapters", "auth", "engine", "placement"},
+    "ingress": {"adapters", "auth", "engine", "guard", "placement"},
     "parity": {"adapters"},
+    "guard": {"adapters"},
     "local": {"adapters", "engine", "ingress", "app"},
-    "cli": {"adapters", "auth", "placement", "parity", "local", "k8s"},  # auth: `keys check`
+    "cli": {"adapters", "auth", "guard", "placement", "parity", "local", "k8s"},  # auth: `keys check`
 }
 BASE = {"config", "compat", "errors", "metrics"}
 

@@ -71,6 +71,11 @@ class EndpointConfig(ConfigModel):
     api_key: str = Field("EMPTY", description="bearer token; 'EMPTY' when the server needs none")
     model: str = Field(description="model id, '<base>' or '<base>:<adapter>'")
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, description="per-request timeout in seconds")
+    report_outcomes: bool = Field(
+        True, description=("after an episode that a maze-gateway answered with a version of an adapter name (it names "
+                           "base:name@version for a base:name request), send the episode's outcome to the gateway's "
+                           "/v1/outcomes, where a running canary is judged on its sessions; a server that never names "
+                           "a version (plain vLLM, OpenAI) is never sent one"))
 
 
 class RetryPolicy(ConfigModel):

@@ -133,7 +133,8 @@ async def run_episode_async(policy: Policy | Callable[..., Any], spec: EpisodeSp
     waits = waits if waits is not None else EndpointWaits()
     policy = as_policy(policy)
     # One session key per episode: a gateway splitting a name between versions keeps the episode on one.
-    EPISODE_SESSION.set(uuid.uuid4().hex)
+    session = uuid.uuid4().hex
+    EPISODE_SESSION.set(session)
     proto = get_protocol(cfg.protocol)
     env = _make_env(cfg.env_id)
     frame, info = _reset(env, spec)
@@ -202,7 +203,22 @@ async def run_episode_async(policy: Policy | Callable[..., Any], spec: EpisodeSp
             break
         conversation.append(user_message(feedback, frame))
     record.wall_time_s = time.perf_counter() - t_start
+    await _report_outcome(policy, session, record)
     return record
+
+
+async def _report_outcome(policy: Policy, session: str, record: EpisodeRecord) -> None:
+    """Tell a gateway that named the version it served how the episode ended (its live guard judges a
+    canary on them). Only where it named one: a plain OpenAI-compatible server is never sent a report.
+    A report that fails costs the episode nothing."""
+    if not isinstance(policy, OpenAIPolicy) or not policy.endpoint.report_outcomes:
+        return
+    if not record.model.startswith(f"{policy.label}@"):
+        return
+    try:
+        await policy.report_outcome(session, record)
+    except Exception as exc:  # noqa: BLE001 - any failure: the episode's record stands as it is
+        log.debug("the outcome of %s's session was not reported: %s", record.model, exc)
 
 
 async def run_episodes_async(

@@ -8,6 +8,9 @@ runner's retry loop reads.
 The runner names each episode in :data:`EPISODE_SESSION`; :class:`OpenAIPolicy` sends it as the
 ``X-Session-Id`` header, so a gateway that splits a name between two versions (a canary) keeps
 one episode on one version, and an OpenAI-compatible server that ignores the header is unaffected.
+When such a gateway named the version that served an episode, the runner reports the episode's
+outcome back under the same session (:meth:`OpenAIPolicy.report_outcome`), so the gateway can judge
+its canary on live sessions.
 """
 
 from __future__ import annotations
@@ -111,6 +114,15 @@ class OpenAIPolicy:
             completion_tokens=usage.completion_tokens if usage else None,
             model=resp.model or None,
         )
+
+    async def report_outcome(self, session: str, record: Any) -> None:
+        """Send a finished episode's outcome to the gateway's ``/v1/outcomes`` (``record``: its
+        :class:`~agent.runner.records.EpisodeRecord`, whose ``model`` names the version that served).
+        Raises the client's errors: the caller decides what a lost report costs."""
+        latencies = [t.latency_s for t in record.turns]
+        body = {"session": session, "model": record.model, "solved": bool(record.success),
+                "error": not record.scored, "latency_s": sum(latencies) / len(latencies) if latencies else None}
+        await self.client.post("/outcomes", cast_to=object, body=body)
 
     async def wait_ready(self, timeout_s: float) -> bool | None:
         """Wait until the endpoint's readiness probe (``/ready`` beside ``/v1``) answers 200: True

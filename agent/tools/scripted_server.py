@@ -10,10 +10,13 @@ by query parameters in the model id, deterministically, so one server covers eve
     bfs?delay=0.5                    every reply waits 0.5 s
     bfs?gather=4                     replies wait (5 s at most) until 4 requests were in flight at once
     bfs?protocol=keyword             reply in the keyword protocol
+    bfs?served=v1                    answer as model ``bfs?served=v1@v1``, as a gateway names the version
+                                     that served a name (the runner then reports each episode's outcome)
     bfs:noisy                        a listed "adapter" preset (see PRESETS)
 
 ``GET /stats`` reports requests served and the most requests seen in flight at once;
-``GET /requests`` returns the last requests' messages; ``POST /stats/reset`` clears both.
+``GET /requests`` returns the last requests' messages; ``POST /v1/outcomes`` takes an episode's
+outcome as a gateway does and ``GET /outcomes`` returns the last ones; ``POST /stats/reset`` clears them all.
 
 Run: ``python -m agent.tools.scripted_server --port 8001`` (prints ``READY <base_url>`` when serving).
 """
@@ -52,6 +55,7 @@ class _State:
         self.max_in_flight = 0
         self.attempts: Counter[str] = Counter()
         self.recent: deque[dict[str, Any]] = deque(maxlen=64)
+        self.outcomes: deque[dict[str, Any]] = deque(maxlen=256)
 
 
 #: Adapters the server lists as ``bfs:<name>``: fault presets, so clients that check
@@ -96,6 +100,15 @@ def create_app() -> FastAPI:
     async def requests() -> list[dict[str, Any]]:
         return list(state.recent)
 
+    @app.post("/v1/outcomes")
+    async def outcome(request: Request) -> dict[str, Any]:
+        state.outcomes.append(await request.json())
+        return {"object": "outcome", "counted": False, "reason": "a scripted server keeps no guard"}
+
+    @app.get("/outcomes")
+    async def outcomes() -> list[dict[str, Any]]:
+        return list(state.outcomes)
+
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
         body = await request.json()
@@ -110,7 +123,7 @@ def create_app() -> FastAPI:
         generation, attempts = state.generation, state.attempts  # the counts of this request's reset
         state.in_flight += 1
         state.max_in_flight = max(state.max_in_flight, state.in_flight)
-        state.recent.append({"model": model, "messages": messages})
+        state.recent.append({"model": model, "messages": messages, "session": request.headers.get("x-session-id")})
         try:
             await asyncio.sleep(float(opts.get("delay", 0)))
             await _gathered(state, int(opts.get("gather", 0)))
@@ -129,7 +142,7 @@ def create_app() -> FastAPI:
             "id": f"chatcmpl-{key[:12]}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": model,
+            "model": f"{model}@{opts['served']}" if opts.get("served") else model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 64 * len(messages), "completion_tokens": 6, "total_tokens": 64 * len(messages) + 6},
         }

@@ -18,7 +18,7 @@ local folder (:mod:`~serving.adapters.local`, ``file:///path``). Uses only servi
 """
 
 from serving.adapters.backends import open_objects
-from serving.adapters.canary import Canary, serves_canary, session_key
+from serving.adapters.canary import Canary, canary_of, serves_canary, session_key
 from serving.adapters.checks import VerifyReport
 from serving.adapters.files import CONFIG, WEIGHTS, verify_adapter_folder
 from serving.adapters.gating import GateEvidence, GateTarget, gate_evidence
@@ -32,7 +32,7 @@ from serving.adapters.s3 import export_s3_env, is_local, s3_env, spec_from_env
 from serving.adapters.store import AdapterStore
 from serving.config import GatePolicy
 
-__all__ = ["CONFIG", "NOT_COMPARED", "STABLE_MOVES", "WEIGHTS", "AdapterRef", "AdapterResolver", "AdapterStore", "AliasMove", "Canary",
+__all__ = ["CONFIG", "NOT_COMPARED", "STABLE_MOVES", "WEIGHTS", "AdapterRef", "AdapterResolver", "AdapterStore", "AliasMove", "Canary", "canary_of",
            "GateEvidence", "GatePolicy", "GateTarget", "ModelId", "ObjectStore", "ParityRecord", "VerifyReport",
            "check_name", "export_s3_env", "gate_evidence", "inspect_adapter", "is_local", "move_of", "now",
            "open_objects", "parity_label", "parity_of", "s3_env", "serves_canary", "session_key", "spec_from_env",

@@ -27,6 +27,7 @@ from serving.adapters.parity import ParityRecord, kept_parity, parity_gate, pari
 from serving.adapters.refs import (
     CANDIDATE,
     GATE,
+    GUARD,
     STABLE_MOVES,
     AdapterRef,
     AliasMove,
@@ -161,6 +162,49 @@ class AliasMoves:
         ref = ref_of(name, self.refs.update(name, change))
         log.info("adapter %s: canary aborted, version %s serves everything", name, ref.version)
         return ref
+
+    def guard_decision(self, name: str, canary: Canary, action: str, reason: str,
+                       evidence: dict[str, Any]) -> AliasMove | None:
+        """The live guard's decision (``serving.guard``) on the canary run ``canary`` of ``name``, in one
+        conditional write: ``rollback`` ends it (an ``abort`` carrying the evidence and ``reason``);
+        ``promote`` makes its version the one served while its parity record passes (else a ``guard``
+        entry says why it was not); ``better`` records the finding as a ``guard`` entry. Nothing is
+        written when that run is over (the canary ended, was replaced or restarted meanwhile).
+
+        Returns:
+            The history entry made, or None when nothing was written.
+
+        Raises:
+            AdapterRefConflict (409), AdapterStoreUnavailable (503).
+        """
+        made: list[AliasMove] = []
+
+        def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+            made.clear()
+            running = canary_of(doc) if doc else None
+            if running is None or (running.version, running.started_at) != (canary.version, canary.started_at):
+                return None
+            if action == "better" and any(m["action"] == GUARD and m["version"] == running.version and
+                                          m["at"] >= running.started_at for m in history_of(doc)):
+                return None  # this run's finding is recorded already (another report reached it too)
+            entry = AliasMove(version=running.version, at=now(), action=GUARD, base=running.base, rank=running.rank,
+                              reason=reason, guard=evidence)
+            if action == "rollback":
+                made.append(replace(entry, action="abort"))
+                return {**{k: v for k, v in doc.items() if k != "canary"}, "history": with_move(doc, made[-1])}
+            if action == "promote":
+                parity = parity_of(doc).get(running.version)
+                if parity is not None and passes(parity, reference_free=self.reference_free):
+                    made.append(replace(entry, action="promote"))
+                    return repointed(doc, made[-1])
+                entry = replace(entry, reason=f"{reason}; not promoted: its parity is {parity_label(parity)} now")
+            made.append(entry)
+            return {**doc, "history": with_move(doc, entry)}
+
+        self.refs.update(name, change)
+        if made:
+            log.info("adapter %s: live guard on canary %s: %s (%s)", name, canary.version, made[-1].action, reason)
+        return made[-1] if made else None
 
     def propose(self, name: str, version: str, *, base: str | None, rank: int | None) -> AdapterRef:
         """Record ``version`` (uploaded) as a candidate of ``name`` for the offline gate: a ``candidate``

@@ -25,9 +25,10 @@ STABLE_MOVES = ("push", "promote", "rollback")  # history actions that moved the
 # (canary, abort) started, re-weighted or ended a canary, and a gate entry recorded a decision that left it
 GATE = "gate"  # an offline gate's decision that did not move the alias (its promotions are promote moves)
 CANDIDATE = "candidate"  # a version pushed for the offline gate, not served
+GUARD = "guard"  # a live guard's finding that did not move the alias (a canary found better, left to a person)
 # Entries the history drops first once it is full: records of the gate that moved nothing, so a watcher gating
 # every step never pushes out the moves a rollback returns to.
-DROPPED_FIRST = (GATE, CANDIDATE)
+DROPPED_FIRST = (GATE, CANDIDATE, GUARD)
 
 
 def check_name(name: str) -> str:
@@ -57,11 +58,15 @@ class AliasMove:
     An offline gate's decision (``serving.adapters.gating``) keeps its evidence (``gate``): a promote
     when the candidate passed, a ``gate`` entry for the candidate when the name was left as it was
     (with a ``reason`` when it passed but could not move the name). A ``candidate`` entry is a version
-    pushed for the gate without serving it (``push(..., candidate=True)``)."""
+    pushed for the gate without serving it (``push(..., candidate=True)``).
+
+    The live guard (``serving.guard``) keeps its evidence (``guard``) on the moves it makes on a
+    canary by itself (an ``abort`` on harm, a ``promote`` on benefit where the name allows) and on a
+    ``guard`` entry when it found a canary better and left the promotion to a person."""
 
     version: str
     at: str
-    action: str  # push | promote | rollback | canary | abort | candidate | gate
+    action: str  # push | promote | rollback | canary | abort | candidate | gate | guard
     base: str | None = None
     rank: int | None = None
     weight: float | None = None  # the canary's share in percent (canary moves only)
@@ -69,11 +74,12 @@ class AliasMove:
     by: str | None = None
     reason: str | None = None
     gate: dict[str, Any] | None = None  # the offline gate's evidence (serving.adapters.gating.GateEvidence)
+    guard: dict[str, Any] | None = None  # the live guard's evidence (serving.guard): its abort, promote or finding
 
 
 _MOVE_FIELDS = tuple(f.name for f in fields(AliasMove))
 # written only when set: readers that predate them keep reading the history
-_OPTIONAL = ("forced", "by", "reason", "gate")
+_OPTIONAL = ("forced", "by", "reason", "gate", "guard")
 
 
 def move_of(entry: dict[str, Any]) -> AliasMove:

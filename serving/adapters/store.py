@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.adapters.backends import open_objects
-from serving.adapters.canary import check_weight
+from serving.adapters.canary import Canary, check_weight
 from serving.adapters.checks import VerifyReport, VersionChecks
 from serving.adapters.files import content_version, validate_adapter
 from serving.adapters.gating import GateEvidence, GateTarget
@@ -261,6 +261,11 @@ class AdapterStore:
     @_doc_of(AliasMoves.abort_canary)
     def abort_canary(self, name: str) -> AdapterRef:
         return self.moves.abort_canary(name)
+
+    @_doc_of(AliasMoves.guard_decision)
+    def guard_decision(self, name: str, canary: Canary, action: str, reason: str,
+                       evidence: dict[str, Any]) -> AliasMove | None:
+        return self.moves.guard_decision(name, canary, action, reason, evidence)
 
     def gate_target(self, name: str, version: str) -> GateTarget:
         """``version`` of ``name`` cleared for the offline gate (:meth:`AliasMoves.gate_candidate

@@ -189,7 +189,8 @@ def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
     """NAME's moves, newest first: version, time, action, then a canary's weight and the version's
     parity check (ok and the largest difference, FAILED, not compared, or -), and for a move forced
     past parity what it was forced past and by which key, for an offline gate's decision (`maze-eval
-    gate`: a promote, or a `gate` line where it left NAME) its evidence, for a move the store made
+    gate`: a promote, or a `gate` line where it left NAME) and for the live guard's (an abort, a promote or
+    a `guard` line) their evidence, for a move the store made
     why (the first stable move, push, promote or rollback, is the version served)."""
     store = store_of(config_of(ctx))
     moves, parity = store.history(name), store.parity(name)
@@ -204,7 +205,7 @@ def adapters_history(ctx: click.Context, name: str, as_json: bool) -> None:
         forced = f"\tforced past parity {m.forced}" + (f" by key {m.by!r}" if m.by else "") if m.forced else ""
         reason = f"\t{m.reason}" if m.reason else ""
         click.echo(f"{m.version}\t{m.at}\t{m.action}\t{weight}parity {parity_label(parity.get(m.version))}"
-                   f"{forced}{_gate_evidence(m.gate)}{reason}")
+                   f"{forced}{_gate_evidence(m.gate)}{_guard_evidence(m.guard)}{reason}")
 
 
 def _gate_evidence(gate: dict | None) -> str:
@@ -215,6 +216,50 @@ def _gate_evidence(gate: dict | None) -> str:
     return (f"\tgate {gate['verdict']} vs {gate['against']}: {gate['wins']} wins {gate['losses']} losses on "
             f"{gate['seeds']} seeds (needed {needed}), one-sided p {gate['p_value']:.3g}, alpha {gate['alpha']:g} "
             f"over looks {gate['looks']}; runs {gate['run']} vs {gate['run_against']}")
+
+
+def _guard_evidence(guard: dict | None) -> str:
+    """A live guard's evidence in one column (empty for a move the guard did not make)."""
+    if not guard:
+        return ""
+    return (f"\tguard vs {guard['against']}: {guard['wins']} wins {guard['losses']} losses {guard['ties']} ties, "
+            f"e-value worse {guard['e_worse']:g} better {guard['e_better']:g}; sessions canary "
+            f"{guard['canary_sessions']} stable {guard['stable_sessions']}")
+
+
+@adapters.command("guard")
+@click.argument("name")
+@json_option()
+@click.pass_context
+def adapters_guard(ctx: click.Context, name: str, as_json: bool) -> None:
+    """NAME's live guard: its policy (adapters.guard) and the ledger of its current or last canary run,
+    the sessions each arm reported, the pairs, the e-values and the verdict, if one was reached."""
+    cfg = config_of(ctx)
+    store = store_of(cfg)
+    if hasattr(store, "guard"):  # through --gateway
+        state = store.guard(name)
+    else:
+        from serving.guard import CanaryGuard
+
+        state = CanaryGuard(store, cfg.adapters.guard).state(name)
+    if as_json:
+        click.echo(json.dumps(state, indent=2))
+        return
+    policy, ledger = state["policy"], state["ledger"]
+    click.echo(f"{name}: guard {'on' if policy['enabled'] else 'off'}, rollback at alpha {policy['alpha_rollback']:g}, "
+               f"{'promotes' if policy['promote'] else 'records'} a better canary at alpha {policy['alpha_promote']:g}, "
+               f"at least {policy['min_discordant']} discordant pairs")
+    if ledger is None:
+        click.echo("no canary judged yet")
+        return
+    ev = ledger["evidence"]
+    click.echo(f"canary {ledger['canary']} (since {ledger['started_at']}) vs {ledger['stable']}: "
+               f"{ev['canary_solved']}/{ev['canary_sessions']} solved against {ev['stable_solved']}/{ev['stable_sessions']}; "
+               f"pairs {ev['wins']} won {ev['losses']} lost {ev['ties']} tied; e-value worse {ev['e_worse']:g}, "
+               f"better {ev['e_better']:g}")
+    for key in ("found_better", "verdict"):
+        if ledger.get(key):
+            click.echo(f"{ledger[key]['action']}: {ledger[key]['reason']} ({ledger[key]['outcome']})")
 
 
 @adapters.command("gate", context_settings={"ignore_unknown_options": True})

@@ -106,6 +106,9 @@ class GatewayAdapters:
     def history(self, name: str) -> list[AliasMove]:
         return [move_of(m) for m in self._call("GET", f"/v1/adapters/{name}/history")["data"]]
 
+    def guard(self, name: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/adapters/{name}/guard")
+
     def parity(self, name: str) -> dict[str, ParityRecord]:
         return parity_of({"parity": self._call("GET", f"/v1/adapters/{name}/parity")["data"]})
 

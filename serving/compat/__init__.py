@@ -22,6 +22,9 @@ Where the two stacks differ in what the gateway touches:
 * ``StreamOptions`` (the usage the gateway asks of a keyed stream) is in
   ``vllm/entrypoints/generate/base/protocol.py`` in vLLM 0.32 and in
   ``vllm/entrypoints/openai/engine/protocol.py`` in vLLM 0.26;
+* vLLM 0.32 keeps its tokenization server in its app state as ``serving_tokenization``, where Ray
+  2.60's ``VLLMEngine`` looks for ``openai_serving_tokenization``: :func:`connect_tokenization` gives
+  the engine the one vLLM made;
 * ``VLLMClientError`` (``vllm/exceptions.py``) exists in vLLM 0.32 only, and only Ray 2.60's
   ``get_response_for_error`` (``ray/llm/_internal/serve/utils/server_utils.py``) answers it with a 400;
   vLLM 0.26 raises ``ValueError`` for a request's own errors. :func:`error_status` answers both alike;
@@ -32,6 +35,7 @@ Where the two stacks differ in what the gateway touches:
 
 from serving.compat.access import (
     MULTIPLEX_ATTR,
+    connect_tokenization,
     engine_client,
     error_status,
     registered_lora,
@@ -61,7 +65,7 @@ def __getattr__(name: str):  # PEP 562: a name of PLACES resolves (and imports R
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CPU_STACK", "GPU_STACK", "MULTIPLEX_ATTR", "PLACES", "InternalsMissing", "describe_stack", "engine_build",
-           "engine_client", "error_status", "installed_stack", "problems", "registered_lora", "resolve",
-           "serve_controller_client", "serve_request_model", "served_models", "skip_eager_cpu_warmup",
-           "vllm_client_errors", "worker_lora_manager"]
+__all__ = ["CPU_STACK", "GPU_STACK", "MULTIPLEX_ATTR", "PLACES", "InternalsMissing", "connect_tokenization",
+           "describe_stack", "engine_build", "engine_client", "error_status", "installed_stack", "problems",
+           "registered_lora", "resolve", "serve_controller_client", "serve_request_model", "served_models",
+           "skip_eager_cpu_warmup", "vllm_client_errors", "worker_lora_manager"]

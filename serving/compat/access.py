@@ -26,6 +26,22 @@ def served_models(engine: Any) -> Any:
     return getattr(engine, "_oai_models", None)
 
 
+def connect_tokenization(engine: Any) -> bool:
+    """Give a started ``VLLMEngine`` vLLM's tokenization server where Ray did not find it; whether it
+    has one now.
+
+    Ray's engine reads it from vLLM's app state as ``openai_serving_tokenization``, which vLLM 0.32
+    names ``serving_tokenization``: on the CPU stack Ray's ``tokenize`` answers every request "This
+    model does not support the 'tokenization' task", and the gateway could not count the prompt of
+    a request its client left (``serving.ingress.prompt_tokens``). Where Ray found it (its own vLLM's
+    name) this changes nothing."""
+    if getattr(engine, "_oai_serving_tokenization", None) is None:
+        found = getattr(getattr(engine, "_app_state", None), "serving_tokenization", None)
+        if found is not None:
+            engine._oai_serving_tokenization = found
+    return getattr(engine, "_oai_serving_tokenization", None) is not None
+
+
 def worker_lora_manager(worker: Any) -> Any:
     """The ``LoRAModelManager`` inside a vLLM worker (the one whose LoRA layers the model runs)."""
     return worker.model_runner.lora_manager._adapter_manager
@@ -102,6 +118,6 @@ def error_status(exc: BaseException, request_id: str | None) -> int:
     return resolve("get_response_for_error")(exc, request_id).error.code
 
 
-__all__ = ["MULTIPLEX_ATTR", "engine_client", "error_status", "registered_lora", "serve_controller_client",
-           "serve_request_model", "served_models", "skip_eager_cpu_warmup", "vllm_client_errors",
-           "worker_lora_manager"]
+__all__ = ["MULTIPLEX_ATTR", "connect_tokenization", "engine_client", "error_status", "registered_lora",
+           "serve_controller_client", "serve_request_model", "served_models", "skip_eager_cpu_warmup",
+           "vllm_client_errors", "worker_lora_manager"]

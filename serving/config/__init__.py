@@ -26,6 +26,7 @@ from serving.config.auth import (
 )
 from serving.config.base import NAME, SectionModel
 from serving.config.gate import GatePolicy, GateSpec
+from serving.config.guard import GuardPolicy, GuardSpec
 
 CONFIG_DIR = Path(__file__).parents[1] / "configs"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -125,6 +126,10 @@ class AdapterStoreSpec(SectionModel):
     gate: GateSpec = Field(default_factory=GateSpec, description=(
         "the offline gate's policy (`maze-eval gate`): the false-promotion rate, the looks and the maze set by "
         "which a candidate version replaces the version a name serves; a default and per-name changes"))
+    guard: GuardSpec = Field(default_factory=GuardSpec, description=(
+        "the live guard's policy: how a running canary is judged on the session outcomes clients report "
+        "(POST /v1/outcomes) and rolled back, or promoted where a name allows, on its own; a default and per-name "
+        "changes"))
 
     @field_validator("prefix")
     @classmethod
@@ -420,6 +425,7 @@ def load_config(name_or_path: str | None) -> ServingConfig:
 __all__ = [
     "CONFIG_DIR", "MIN_SECRET_LENGTH", "REPO_ROOT",
     "AdapterStoreSpec", "AgentProfileSpec", "ApiKeySpec", "AuthSpec", "BaseModelSpec", "GatePolicy", "GateSpec",
+    "GuardPolicy", "GuardSpec",
     "KeyFileSpec",
     "KeyLimitsSpec", "LimitsSpec", "LoraSpec", "RateStoreSpec", "ReplicaSpec", "Role", "RoutingSpec",
     "ServingConfig", "load_config",

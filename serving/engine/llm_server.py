@@ -53,6 +53,7 @@ from serving.compat import (
     LoraMirrorConfig,
     LoraModelLoader,
     ModelMultiplexWrapper,
+    connect_tokenization,
     engine_client,
     served_models,
 )
@@ -213,6 +214,9 @@ class GatewayLLMServer(LLMServer):
     async def start(self):
         with cpu_affinity.engine_start():  # a replica Serve restarted after `up` moved the session
             await super().start()
+        # The ingress counts the prompt of a request its client left with the engine's tokenize.
+        if not connect_tokenization(self.engine):
+            log.warning("the engine has no tokenize: a request left before its answer is charged no prompt tokens")
         client = engine_client(self.engine)
         if client is not None:  # each request's first-token instant, for its Server-Timing parts
             replica_timing.time_first_token(client)

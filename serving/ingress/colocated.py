@@ -27,6 +27,8 @@ is asked for, ``adapters_per_replica`` at most).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -43,6 +45,8 @@ class LocalServerHandle:
     ``handle.options(stream=True, multiplexed_model_id=m).chat.remote(body, raw)`` returns an async
     iterator over what ``server.chat(body, raw)`` streams, with ``m`` as the request's multiplexed
     model id while the server resolves the adapter; without ``stream`` ``.remote`` returns an awaitable.
+    A caller cancelled while the server runs sees ``CancelledError``, whatever the server made of
+    the cancellation (:func:`_cancellation_kept`), as a ``DeploymentHandle`` caller would.
     """
 
     def __init__(self, server: Any, *, stream: bool = False, multiplexed_model_id: str = ""):
@@ -76,16 +80,49 @@ class _LocalMethod:
 
     async def _call(self, args: tuple, kwargs: dict) -> Any:
         h = self._handle
-        with serve_request_model(h._model_id):  # one task throughout: the context's token stays valid
+        # one task throughout: the context's token stays valid
+        with _cancellation_kept(), serve_request_model(h._model_id):
             return await getattr(h._server, self._method)(*args, **kwargs)
 
     async def _stream(self, args: tuple, kwargs: dict) -> AsyncIterator[Any]:
         result = await self._call(args, kwargs)
-        if hasattr(result, "__aiter__"):
-            async for item in result:
-                yield item
-        else:
+        if not hasattr(result, "__aiter__"):
             yield result
+            return
+        items = aiter(result)
+        while True:
+            # Item by item: the task iterating may change (a streamed response is sent from its own).
+            with _cancellation_kept():
+                try:
+                    item = await anext(items)
+                except StopAsyncIteration:
+                    return
+            yield item
+
+
+@contextlib.contextmanager
+def _cancellation_kept():
+    """Raise ``CancelledError`` when the task was cancelled while the server ran in it, whatever the
+    server made of it (an answer, an exception, the end of its stream).
+
+    Through a ``DeploymentHandle`` the server runs in another replica and a cancelled caller sees
+    ``CancelledError`` at once. Called in-process, the server runs in the caller's own task, so the
+    cancellation is raised inside the engine, and vLLM's JSON paths (the chat and completion full
+    generators) catch it and answer an error instead ("Client disconnected", 400): the ingress would
+    take a request its client left for a failed one and not count its prompt for the key gate
+    (``serving.ingress.prompt_tokens``). ``Task.cancelling()`` counts the requests to cancel the task
+    not withdrawn since (``asyncio.timeout`` withdraws its own as it turns them into ``TimeoutError``):
+    a count above the one before the call is a cancellation the server did not let through."""
+    task = asyncio.current_task()
+    before = task.cancelling()
+    try:
+        yield
+    except Exception as exc:
+        if task.cancelling() > before:
+            raise asyncio.CancelledError from exc
+        raise
+    if task.cancelling() > before:
+        raise asyncio.CancelledError
 
 
 def server_class(llm_config) -> type:

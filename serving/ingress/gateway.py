@@ -65,6 +65,7 @@ from serving.errors import (
 from serving.ingress import server_timing
 from serving.ingress.adapter_metrics import RESOLVED_MODEL, with_adapter_metrics
 from serving.ingress.management import router as admin_router
+from serving.ingress.outcomes import router as guard_router
 from serving.ingress.prompt_tokens import count_prompt_tokens
 from serving.ingress.middleware import (
     GatewayMiddleware,
@@ -118,6 +119,7 @@ def create_app(cfg: ServingConfig) -> FastAPI:
     for exc_cls in (ServingError, OpenAIHTTPException, HTTPException, RequestValidationError, Exception):
         app.add_exception_handler(exc_cls, openai_error_handler)
     app.include_router(admin_router)
+    app.include_router(guard_router)
     for path in cfg.extensions:
         app.include_router(load_router(path))
     app.state.gateway_config, app.state.gate = cfg, Gate(cfg.auth)

@@ -90,11 +90,11 @@ def parse_since(text: str) -> float:
     return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
-def _config(request: Request) -> ServingConfig:
+def config_of(request: Request) -> ServingConfig:
     return request.app.state.gateway_config
 
 
-def _store(cfg: ServingConfig) -> AdapterStore:
+def store_of(cfg: ServingConfig) -> AdapterStore:
     key = cfg.adapters.model_dump_json()
     if key not in _STORES:
         _STORES[key] = AdapterStore(cfg.adapters)
@@ -111,7 +111,7 @@ def _check(cfg: ServingConfig, action: str, name: str, bases: list[str] | None =
         principal.check_manage(action, name, bases or _bases(cfg))
 
 
-def _visible_name(cfg: ServingConfig, name: str) -> bool:
+def name_visible(cfg: ServingConfig, name: str) -> bool:
     principal = current()
     return principal is None or any(principal.may_call(str(ModelId(b, name))) for b in _bases(cfg))
 
@@ -125,14 +125,14 @@ def _may(action: str):
     """A route dependency: the caller may ``action`` the adapter named in the path (403 otherwise).
     FastAPI runs dependencies before it validates the query and body, so this check comes first."""
     def check(request: Request, name: str) -> None:
-        _check(_config(request), action, name)
+        _check(config_of(request), action, name)
     return Depends(check)
 
 
 def _may_push(request: Request, name: str) -> None:
     """The push route's dependency: ``push`` on the name for the base the query names (an unknown
     base is a 400 only for a key that may push there; another key gets its 403 first)."""
-    cfg = _config(request)
+    cfg = config_of(request)
     _check(cfg, "push", name, [request.query_params.get("base") or cfg.base_models[0].id])
 
 
@@ -176,7 +176,7 @@ def _removed(ref: AdapterRef) -> dict[str, Any]:
 @router.get("/v1/usage")
 async def usage(request: Request, since: str = Query("1h", description="how far back: 90s, 30m, 2h, 1d"),
                 key: str | None = Query(None, description="one key's name (default: every key an admin may see)")):
-    cfg = _config(request)
+    cfg = config_of(request)
     since_s = min(parse_since(since), cfg.auth.usage_retention_s)
     principal = current()
     if principal is not None and principal.role != "admin":
@@ -221,41 +221,41 @@ def _forced_by(cfg: ServingConfig, name: str, force_parity: bool) -> str | None:
 
 @router.get("/v1/adapters")
 async def list_adapters(request: Request):
-    cfg = _config(request)
-    refs = await asyncio.to_thread(_store(cfg).list)
-    return {"object": "list", "data": [_ref(r) for r in refs if _visible_name(cfg, r.name)]}
+    cfg = config_of(request)
+    refs = await asyncio.to_thread(store_of(cfg).list)
+    return {"object": "list", "data": [_ref(r) for r in refs if name_visible(cfg, r.name)]}
 
 
 def _visible(cfg: ServingConfig, name: str) -> str:
     """``name``, checked as a plain adapter name, when the key may see it; else the 404 a missing
     name gets (scope first: a name outside it is never validated, so never told apart)."""
-    if not _visible_name(cfg, name):
+    if not name_visible(cfg, name):
         raise _missing(name)
     return ModelId.plain(name)
 
 
 @router.get("/v1/adapters/{name}/history")
 async def adapter_history(request: Request, name: str):
-    cfg = _config(request)
-    moves = await asyncio.to_thread(_store(cfg).history, _visible(cfg, name))
+    cfg = config_of(request)
+    moves = await asyncio.to_thread(store_of(cfg).history, _visible(cfg, name))
     return {"object": "list", "data": [dataclasses.asdict(m) for m in moves]}
 
 
 @router.get("/v1/adapters/{name}/parity")
 async def adapter_parity(request: Request, name: str):
-    cfg = _config(request)
-    records = await asyncio.to_thread(_store(cfg).parity, _visible(cfg, name))
+    cfg = config_of(request)
+    records = await asyncio.to_thread(store_of(cfg).parity, _visible(cfg, name))
     return {"object": "parity", "data": {v: dataclasses.asdict(r) for v, r in records.items()}}
 
 
 @router.get("/v1/adapters/{name}/verify")
 async def verify_adapter(request: Request, name: str,
                          version: str | None = Query(None, description="the version (default: the one served)")):
-    cfg = _config(request)
+    cfg = config_of(request)
     plain = _visible(cfg, name)
     if version:
         ModelId(None, plain, version).checked()  # a bad version is a 400
-    report = await asyncio.to_thread(_store(cfg).verify, name, version)
+    report = await asyncio.to_thread(store_of(cfg).verify, name, version)
     return {**dataclasses.asdict(report), "ok": report.ok}
 
 
@@ -341,7 +341,7 @@ async def push_adapter(request: Request, name: str,
                        candidate: bool = Query(False, description="publish without serving it: a candidate for the "
                                                                   "offline gate"),
                        force_parity: bool = Query(False, description=FORCE_PARITY)):
-    cfg = _config(request)
+    cfg = config_of(request)
     forced_by = _forced_by(cfg, name, force_parity)  # before the upload is read
     ModelId.plain(name)
     spec = cfg.base(base) if base else cfg.base_models[0]
@@ -357,7 +357,7 @@ async def push_adapter(request: Request, name: str,
         finally:
             fh.close()
         await asyncio.to_thread(_extract, archive, folder, cfg.limits.max_upload_bytes)
-        ref = await asyncio.to_thread(_store(cfg).push, folder, name, base=spec.id, base_source=spec.source,
+        ref = await asyncio.to_thread(store_of(cfg).push, folder, name, base=spec.id, base_source=spec.source,
                                       max_rank=cfg.lora.max_rank, force=force, canary=canary, candidate=candidate,
                                       vision_tower=cfg.lora.vision_tower, force_parity=force_parity,
                                       forced_by=forced_by)
@@ -366,20 +366,20 @@ async def push_adapter(request: Request, name: str,
 
 @router.post("/v1/adapters/{name}/canary", dependencies=[_may("canary")])
 async def canary_adapter(request: Request, name: str, body: CanaryBody):
-    cfg = _config(request)
+    cfg = config_of(request)
     forced_by = _forced_by(cfg, name, body.force_parity)
     ModelId(None, ModelId.plain(name), body.version).checked()
-    return _served(await asyncio.to_thread(_store(cfg).canary, name, body.version, body.weight,
+    return _served(await asyncio.to_thread(store_of(cfg).canary, name, body.version, body.weight,
                                            force_parity=body.force_parity, forced_by=forced_by))
 
 
 @router.post("/v1/adapters/{name}/promote", dependencies=[_may("promote")])
 async def promote_adapter(request: Request, name: str, body: PromoteBody | None = None):
-    cfg = _config(request)
+    cfg = config_of(request)
     body = body or PromoteBody()
     forced_by = _forced_by(cfg, name, body.force_parity)
     ModelId(None, ModelId.plain(name), body.version).checked()
-    return _served(await asyncio.to_thread(_store(cfg).promote, name, body.version, force_parity=body.force_parity,
+    return _served(await asyncio.to_thread(store_of(cfg).promote, name, body.version, force_parity=body.force_parity,
                                            forced_by=forced_by))
 
 
@@ -392,25 +392,25 @@ class GateBody(BaseModel):
 @router.get("/v1/adapters/{name}/gate", dependencies=[_may("promote")])
 async def gate_target(request: Request, name: str,
                       version: str = Query(description="the candidate version (12 hex digits)")):
-    cfg = _config(request)
+    cfg = config_of(request)
     ModelId(None, ModelId.plain(name), version).checked()
-    target = await asyncio.to_thread(_store(cfg).gate_target, name, version)
+    target = await asyncio.to_thread(store_of(cfg).gate_target, name, version)
     return {"object": "gate_target", **target.as_dict()}
 
 
 @router.post("/v1/adapters/{name}/gate", dependencies=[_may("promote")])
 async def gate_decision(request: Request, name: str, body: GateBody):
-    cfg = _config(request)
+    cfg = config_of(request)
     ModelId(None, ModelId.plain(name), body.version).checked()
-    ref, move = await asyncio.to_thread(_store(cfg).decide, name, body.version, body.evidence)
+    ref, move = await asyncio.to_thread(store_of(cfg).decide, name, body.version, body.evidence)
     return {"object": "gate_decision", "ref": _served(ref), "move": dataclasses.asdict(move)}
 
 
 async def _move(request: Request, name: str, method: str) -> dict[str, Any]:
     """A move that takes only the adapter's name (its right checked by the route's dependency):
     ``AdapterStore.<method>``."""
-    cfg = _config(request)
-    ref = await asyncio.to_thread(getattr(_store(cfg), method), ModelId.plain(name))
+    cfg = config_of(request)
+    ref = await asyncio.to_thread(getattr(store_of(cfg), method), ModelId.plain(name))
     return _removed(ref) if method == "remove" else _served(ref)
 
 
@@ -421,10 +421,10 @@ async def abort_adapter(request: Request, name: str):
 
 @router.post("/v1/adapters/{name}/rollback", dependencies=[_may("rollback")])
 async def rollback_adapter(request: Request, name: str, body: RollbackBody | None = None):
-    cfg = _config(request)
+    cfg = config_of(request)
     body = body or RollbackBody()
     forced_by = _forced_by(cfg, name, body.force_parity)
-    return _served(await asyncio.to_thread(_store(cfg).rollback, ModelId.plain(name), force_parity=body.force_parity,
+    return _served(await asyncio.to_thread(store_of(cfg).rollback, ModelId.plain(name), force_parity=body.force_parity,
                                            forced_by=forced_by))
 
 
@@ -433,4 +433,4 @@ async def remove_adapter(request: Request, name: str):
     return await _move(request, name, "remove")
 
 
-__all__ = ["MAX_UPLOAD_MEMBERS", "parse_since", "router"]
+__all__ = ["MAX_UPLOAD_MEMBERS", "config_of", "name_visible", "parse_since", "router", "store_of"]

@@ -5,7 +5,8 @@ mapping of errors to what a client reads.
 request has none), the body-size limit (``limits.max_body_bytes``, or ``limits.max_upload_bytes``
 for adapter uploads), the route-level request count and latency, the ``Server-Timing`` header
 (:mod:`serving.ingress.server_timing`) and the last answer to an error nothing inside answered;
-the key gate (:mod:`serving.auth.middleware`) runs inside it.
+the key gate (:mod:`serving.auth.middleware`) runs inside it. The time to the response's start
+(``response_start``: a stream's first chunk) is measured here too, inside the header's ``total``.
 :class:`ApplicationErrorMiddleware` takes the place of Ray Serve LLM's ``BaseHTTPMiddleware`` error
 wrapper. :func:`public_error` is the OpenAI-shaped body of any error: a 4xx says what was wrong
 (never where the adapter store lives), a 5xx the gateway did not word for clients says only
@@ -180,14 +181,18 @@ class GatewayMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        start, state = time.perf_counter(), {"status": 500, "started": False}
+        # The header's clock starts first and the response start is read before the header is made,
+        # so the header's `total` always spans the `response_start` metric's interval: two readings of
+        # one interval on one clock, which tests compare to catch a header that leaves time out.
         timing = RequestTiming()
+        start, state = time.perf_counter(), {"status": 500, "started": False}
         timing_token = TIMING.set(timing)
         limit = self.max_upload_bytes if _UPLOAD.match(scope["path"]) else self.max_body_bytes
         request_id, assigned = ensure_request_id(scope)
 
         async def tracked_send(message):
             if message["type"] == "http.response.start":
+                state["response_start"] = time.perf_counter()
                 state["status"], state["started"] = message["status"], True
                 extra = [(TIMING_HEADER, timing.header())]
                 if assigned:  # a request-id header that came in is echoed by Ray's server around the app
@@ -224,6 +229,8 @@ class GatewayMiddleware:
             route = route_of(scope["path"])
             metric("requests").inc(tags={"route": route, "status": str(state["status"])})
             metric("latency").observe(time.perf_counter() - start, tags={"route": route})
+            if "response_start" in state:  # a client that left before the response started has none
+                metric("response_start").observe(state["response_start"] - start, tags={"route": route})
 
 
 class ApplicationErrorMiddleware:

@@ -24,6 +24,10 @@ counted once). The phases, in the order a request meets them:
 ``total``   the ingress's time from its first middleware to the response start
 =========== ================================================================================
 
+:class:`~serving.ingress.middleware.GatewayMiddleware` makes the record before its own clock starts
+and reads the response's start before the header is made, so its ``response_start`` metric measures
+the same interval within ``total``: a ``total`` below it would be a header that left time out.
+
 A stream's header leaves with its first chunk, so it holds what was known then: its ``total``
 is the time to the first chunk and it has no ``decode``. Proxies, the network and the HTTP
 server's parsing lie outside ``total``.

@@ -47,6 +47,23 @@ async def test_solved_episodes_recorded_as_solved(scripted):
     assert unsolved.optimal_moves == 16 and unsolved.stop_reason is StopReason.TURN_LIMIT and unsolved.num_turns == 15
 
 
+async def test_an_episode_a_gateway_named_the_version_of_is_reported_under_its_session(scripted):
+    cfg = RunnerConfig(concurrency=4)
+    recs = await run_endpoint_async(endpoint(scripted, "bfs?served=v1"), [0, 1, 2], cfg)
+    assert {r.model for r in recs} == {"bfs?served=v1@v1"}
+    sent = scripted.outcomes()
+    assert sorted(o["solved"] for o in sent) == [True, True, True] and {o["model"] for o in sent} == {"bfs?served=v1@v1"}
+    assert all(o["error"] is False and o["latency_s"] > 0 for o in sent)
+    # each outcome names the session its episode's requests carried (the key the canary split used)
+    sessions = {m["session"] for m in scripted.requests()}
+    assert {o["session"] for o in sent} == sessions and len(sessions) == 3
+    # a server that names no version, or a runner told not to, sends nothing
+    await run_endpoint_async(endpoint(scripted, "bfs"), [0], cfg)
+    quiet = EndpointConfig(base_url=scripted.url, model="bfs?served=v1", report_outcomes=False)
+    await run_endpoint_async(quiet, [0], cfg)
+    assert len(scripted.outcomes()) == 3
+
+
 async def test_malformed_replies_become_parse_failure_turns(scripted):
     recs = await run_endpoint_async(endpoint(scripted, "bfs?malformed=1"), [0], RunnerConfig())
     (rec,) = recs

@@ -128,6 +128,20 @@ def test_private_attribute_readers_read_the_engine_and_worker():
     assert compat.engine_client(object()) is None  # an engine not started yet
 
 
+def test_the_engine_gets_the_tokenization_server_its_vllm_made():
+    """Ray 2.60 looks for vLLM's tokenization server under the name older vLLMs gave it; vLLM 0.32's
+    is connected, one Ray found is kept, and an engine without either has none."""
+    from types import SimpleNamespace
+
+    renamed = SimpleNamespace(_oai_serving_tokenization=None, _app_state=SimpleNamespace(serving_tokenization="tok"))
+    assert compat.connect_tokenization(renamed) and renamed._oai_serving_tokenization == "tok"
+    found = SimpleNamespace(_oai_serving_tokenization="ray's", _app_state=SimpleNamespace(serving_tokenization="tok"))
+    assert compat.connect_tokenization(found) and found._oai_serving_tokenization == "ray's"
+    neither = SimpleNamespace(_oai_serving_tokenization=None, _app_state=SimpleNamespace())
+    assert not compat.connect_tokenization(neither) and neither._oai_serving_tokenization is None
+    assert not compat.connect_tokenization(object())  # an engine not started yet
+
+
 def test_a_cpu_runner_in_eager_mode_warms_up_without_a_profile_run():
     """vLLM 0.26's CPU runner warms up with a profile run that passes the vision tower's LoRA layers
     before any tower mapping is set (an engine with tower LoRA then fails to start); 0.32's returns

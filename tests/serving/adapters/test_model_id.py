@@ -70,13 +70,17 @@ def test_plain_refuses_a_version():
 PRODUCT = ("serving", "evaluation", "training", "agent", "maze_gateway")
 HAND_SPLIT = re.compile(r"""\.(r?partition|r?split)\(\s*["']@["']""")
 HAND_BUILT = re.compile(r"""f["'][^"'\n]*\}@\{""")  # an f-string joining a name and a version with '@'
+# The scripted server answers as a gateway names the version that served a name (``model@version``), to
+# test the runner's outcome reports without a gateway; agent imports no serving code, so it has no ModelId.
+STANDS_IN_FOR_THE_GATEWAY = {"agent/tools/scripted_server.py"}
 
 
 def _offenders(pattern: re.Pattern) -> list[str]:
     found = []
     for pkg in PRODUCT:
         for path in sorted((ROOT / pkg).rglob("*.py")):
-            if path.is_relative_to(ROOT / "serving" / "adapters"):
+            if path.is_relative_to(ROOT / "serving" / "adapters") or \
+                    str(path.relative_to(ROOT)) in STANDS_IN_FOR_THE_GATEWAY:
                 continue
             for lineno, line in enumerate(path.read_text().splitlines(), 1):
                 if pattern.search(line):

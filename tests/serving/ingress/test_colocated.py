@@ -135,6 +135,80 @@ def test_local_handle_streams_and_sets_the_lora_id():
     asyncio.run(scenario())
 
 
+class SwallowingServer:
+    """A server that does what vLLM's JSON answers do when the request they run is cancelled: they
+    catch the ``CancelledError`` and answer (an error, "Client disconnected"), or, in ``raises``,
+    fail; ``timed`` answers once a timeout of its own has expired (a cancellation it withdrew)."""
+
+    def __init__(self, raises: bool = False):
+        self.raises, self.took = raises, asyncio.Event()
+
+    async def _wait(self) -> str:
+        self.took.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            if self.raises:
+                raise RuntimeError("the engine failed as it stopped") from None
+            return "Client disconnected"
+
+    async def chat(self, request, raw_request_info=None):
+        async def answer():
+            yield await self._wait()
+        return answer()
+
+    async def check_health(self):
+        return await self._wait()
+
+    async def timed(self):
+        async def answer():
+            try:
+                async with asyncio.timeout(0.01):
+                    await asyncio.Event().wait()
+            except TimeoutError:
+                yield "timed out"
+        return answer()
+
+
+@pytest.mark.parametrize("raises", [False, True])
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_cancelled_caller_is_cancelled_whatever_the_server_made_of_it(streamed, raises):
+    """Called in-process, the server runs in the caller's task and vLLM swallows the cancellation:
+    the caller sees ``CancelledError`` all the same, as through a ``DeploymentHandle`` (the ingress
+    then counts the prompt of a request its client left), not the server's answer or failure."""
+    from serving.ingress.colocated import LocalServerHandle
+
+    server = SwallowingServer(raises=raises)
+    handle = LocalServerHandle(server)
+    got = []
+
+    async def call():
+        if streamed:
+            async for item in handle.options(stream=True).chat.remote(types.SimpleNamespace(model="maze-tiny"), None):
+                got.append(item)
+        else:
+            got.append(await handle.check_health.remote())
+
+    async def scenario():
+        task = asyncio.create_task(call())
+        await asyncio.wait_for(server.took.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 5)
+        assert got == []
+
+    asyncio.run(scenario())
+
+
+def test_a_server_timeout_of_its_own_is_no_cancellation_of_the_caller():
+    from serving.ingress.colocated import LocalServerHandle
+
+    async def scenario():
+        return [x async for x in LocalServerHandle(SwallowingServer()).options(stream=True).timed.remote()]
+
+    assert asyncio.run(scenario()) == ["timed out"]
+
+
 def test_colocated_gateway_serves_through_the_local_server(no_ray):
     from ray.llm._internal.serve.core.configs.openai_api_models import ChatCompletionRequest, to_model_metadata
     from ray.llm._internal.serve.core.ingress.builder import LLMServingArgs

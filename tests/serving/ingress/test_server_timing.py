@@ -1,7 +1,8 @@
 """The Server-Timing header (serving.ingress.server_timing, the replica's side serving.engine.replica_timing)
 without Ray or an engine: its syntax both ways, the ingress's phases adding up to its total, the
-replica's parts travelling with the first item (and with an error), vLLM's first-token instant, and
-the header on the app's responses.
+replica's parts travelling with the first item (and with an error), vLLM's first-token instant, the
+header on the app's responses, and its ``total`` against the ingress's own measurement of the same
+interval (the ``response_start`` metric), which no load can put above a correct ``total``.
 The stack's own header is checked in tests/serving/stack/test_server_timing.py."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 import types
 
 import pytest
+from fastapi import Request  # at module level: the route's annotation is resolved in these globals
 
 from serving.config import ServingConfig
 from serving.engine import replica_timing as rt
@@ -206,3 +208,123 @@ def test_every_response_carries_the_header(monkeypatch):
     assert {"auth", "resolve", "gateway"} <= set(ok) and ok["resolve"]["dur"] >= 10
     assert "auth" in st.parse_header(answers["401"].headers["server-timing"])
     assert "auth" not in st.parse_header(answers["413"].headers["server-timing"])  # refused before the gate
+
+
+# -- the header against the ingress's own measurement --------------------------------------------
+STEP = 0.005  # s: each stage of the test route lasts at least this long
+ROUNDING_MS = 0.0005 * 12  # the header rounds each part to 1 us (half of that at most), a dozen parts
+
+
+async def _asgi(app, path: str, *, body: bytes = b"", headers: dict | None = None, chunks: int = 1) -> dict:
+    """One request through the app, its body uploaded in ``chunks`` parts ``STEP`` apart (a slow
+    client, whose upload the ingress reads before anything else); the response's status and headers."""
+    parts = [body[i * len(body) // chunks:(i + 1) * len(body) // chunks] for i in range(chunks)]
+    done, sent = asyncio.Event(), []
+    raw = {**(headers or {}), "content-type": "application/json", "content-length": str(len(body))}
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(k.encode(), v.encode()) for k, v in raw.items()],
+             "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
+
+    async def receive():
+        if parts:
+            await asyncio.sleep(STEP)
+            return {"type": "http.request", "body": parts.pop(0), "more_body": bool(parts)}
+        await done.wait()  # a stream listens for the client leaving: it stays until the response ends
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            done.set()
+
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    return {"status": start["status"], "headers": {k.decode(): v.decode() for k, v in start["headers"]},
+            "body": b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")}
+
+
+def _timed_app(monkeypatch):
+    """The gateway's app (create_app: key gate, its Phase marks, GatewayMiddleware) with a route that
+    marks the engine routes' phases as GatewayIngress does, each lasting ``STEP`` or more, its
+    replica parts stamped on the first item; and the metric observations the ingress made."""
+    from starlette.responses import JSONResponse, StreamingResponse
+
+    from serving.errors import AdapterLoadFailed
+    from serving.ingress import create_app
+
+    observed: list[tuple[str, float, dict]] = []
+    # Ray's exported histogram holds buckets, not each request's value: the observation is read here.
+    monkeypatch.setattr("serving.ingress.middleware.metric", lambda name: types.SimpleNamespace(
+        inc=lambda *a, **k: None, observe=lambda value, tags=None: observed.append((name, value, tags))))
+    monkeypatch.setenv("MAZE_TEST_TIMING_KEYS", "k" * 32)
+    cfg = ServingConfig.shipped("embedded").model_dump(mode="json")
+    app = create_app(ServingConfig.model_validate({**cfg, "auth": {"api_keys_env": "MAZE_TEST_TIMING_KEYS"}}))
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await request.json()
+        for phase in ("resolve", "gateway", "checks", "queue"):
+            st.enter(phase)
+            await asyncio.sleep(STEP)
+        if body.get("fail"):  # the replica raised: its parts come back on the exception
+            exc = AdapterLoadFailed("adapter 'x' could not be loaded")
+            rt.stamp_error(exc, {"load": STEP / 2})
+            st.unstamp_error(exc)
+            raise exc
+        last = "batch" if body["stream"] else "decode"
+        first = st.unstamp(rt.Stamped(b"data: {}\n\n", {"prefill": STEP / 2, last: STEP / 4}))
+        await asyncio.sleep(STEP)  # the ingress builds the response
+        if not body["stream"]:
+            return JSONResponse({"ok": True})
+
+        async def chunks():
+            yield first
+            await asyncio.sleep(STEP)
+            yield b"data: [DONE]\n\n"
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+
+    return app, observed
+
+
+def test_total_is_never_less_than_the_ingress_s_own_time_to_the_response(monkeypatch):
+    """The header's ``total`` against ``response_start``, the ingress's own reading of the same interval
+    (its first middleware to the response's start, a metric the product exports): both come from one
+    process's clock and the metric's stamps lie inside the header's, so no load can make a correct
+    ``total`` the smaller, while a header that leaves any stage out (the slow client's upload, the
+    wait for the replica, the response's building) falls short of it by at least that stage's ``STEP``.
+    The parts add up to ``total``. Covered: JSON and stream answers, the replica's error, the gate's
+    401 and the body limit's 413 (refused before the app)."""
+    from serving.ingress.middleware import GatewayMiddleware
+
+    app, observed = _timed_app(monkeypatch)
+    assert app.user_middleware[0].cls is GatewayMiddleware  # outermost: no middleware of ours before its stamp
+    key = {"authorization": "Bearer " + "k" * 32}
+    slow = {"chunks": 2, "headers": key}
+    requests = {  # name: (request, status, the least time the ingress must have spent before the start)
+        "json": (dict(body=b'{"stream": false}', **slow), 200, 7 * STEP),
+        "stream": (dict(body=b'{"stream": true}', **slow), 200, 7 * STEP),
+        "error": (dict(body=b'{"stream": false, "fail": true}', **slow), 422, 6 * STEP),
+        "401": (dict(body=b'{"stream": false}', chunks=2), 401, 2 * STEP),
+        "413": (dict(body=b"x" * (3 * 2**23 + 1), headers=key), 413, 0.0),
+    }
+
+    async def run():
+        out = {}
+        for name, (kwargs, _, _) in requests.items():
+            observed.clear()
+            out[name] = (await _asgi(app, "/v1/chat/completions", **kwargs), list(observed))
+        return out
+
+    for name, (response, seen) in asyncio.run(run()).items():
+        _, status, least = requests[name]
+        assert response["status"] == status, (name, response)
+        (measured,) = [value for metric, value, tags in seen
+                       if metric == "response_start" and tags == {"route": "/v1/chat/completions"}]
+        assert measured >= least, (name, measured)  # the measurement saw the stages it must have
+        parts = {k: v["dur"] for k, v in st.parse_header(response["headers"]["server-timing"]).items()}
+        total = parts.pop("total")
+        assert total >= measured * 1000 - ROUNDING_MS, (name, total, measured * 1000, parts)
+        assert all(d >= 0 for d in parts.values()) and abs(sum(parts.values()) - total) <= ROUNDING_MS, (name, parts)
+        assert set(parts) >= {"json": {"auth", "queue", "prefill", "decode"}, "stream": {"queue", "prefill", "batch"},
+                              "error": {"queue", "load"}, "401": {"auth"}}.get(name, {"gateway"}), (name, parts)

@@ -50,7 +50,10 @@ PACE_S = 0.2  # between two tokens: the client leaves well within it
 class ScriptedEngine:
     """What the ingress calls of an LLM server: ``chat`` (a JSON answer, or a stream of one chunk a
     token, every ``PACE_S``, after the role chunk) and ``tokenize``. With ``hold`` set it has taken
-    the request (prefill, a queue) and sends nothing until ``go`` is set."""
+    the request (prefill, a queue) and sends nothing until ``go`` is set. A JSON request cancelled
+    meanwhile is answered as vLLM answers it: its full generator catches the ``CancelledError`` and
+    returns an error, "Client disconnected" (400), which Ray's engine yields as an ``ErrorResponse``;
+    a stream lets the cancellation through."""
 
     def __init__(self, hold: bool = False):
         self.hold, self.go, self.took = hold, asyncio.Event(), asyncio.Event()
@@ -76,7 +79,11 @@ class ScriptedEngine:
             raise
 
     async def _answer(self, request):
-        await self._taken("json")
+        try:
+            await self._taken("json")
+        except asyncio.CancelledError:  # vLLM's JSON answer swallows the cancellation (see the class)
+            yield ErrorResponse(error=ErrorInfo(message="Client disconnected", type="BadRequestError", code=400))
+            return
         prompt = self.count(request.messages)
         yield ChatCompletionResponse.model_validate({
             "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": request.model,

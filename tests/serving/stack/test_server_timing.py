@@ -8,7 +8,9 @@ What the header guarantees, per response, and what these tests assert:
   may separate them;
 * ``total`` lies inside what the client measured (to the whole body for a response, to the headers
   for a stream): it is the ingress's time from its first middleware to the response start, so no
-  ``total`` may exceed the client's time;
+  ``total`` may exceed the client's time (the bound from below, that ``total`` leaves none of the
+  ingress's time out, is not drawn from the client's clock, which load stretches: it is checked
+  against the ingress's own ``response_start`` measurement in tests/serving/ingress/test_server_timing.py);
 * a JSON answer's header was made after its body: it holds the (non-zero) ``decode`` of its 8
   tokens; a stream's was made with its first chunk: ``batch``, no ``decode``.
 
