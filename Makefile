@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 GPU_WHEELS ?= .gpu-wheels
 
-.PHONY: setup setup-test eval demo test test-fast bench gpu-wheels setup-gpu
+.PHONY: setup setup-test eval demo test test-fast test-gpu-lock bench gpu-wheels setup-gpu
 # The product: the venv with this package and the CPU serving stack.
 setup:
 	@scripts/setup.sh $(VENV)
@@ -17,7 +17,8 @@ gpu-wheels:
 setup-gpu:
 	@scripts/install_serving_gpu.sh $(GPU_WHEELS) $(VENV)
 
-# What the tests add: system services, the SkyRL wheel, one venv per framework (OpenEnv, verifiers, Inspect).
+# What the tests add: system services, the SkyRL wheel, one venv per framework (OpenEnv, verifiers, Inspect),
+# and the GPU lock's Ray and vLLM on CPU (VENV-gpulock, scripts/install_gpu_lock_cpu.sh).
 setup-test: setup
 	@scripts/setup.sh $(VENV) --tests
 
@@ -33,8 +34,21 @@ demo: setup
 # multi-node cluster); the 25 slowest tests are listed at the end. Two xdist workers: one runs the
 # tests that start vLLM engines (the stack, the serving cluster), one after another (side by side
 # they need ~20 GB and both cores), the other every other module meanwhile (tests/conftest.py).
+# Then, once that stack is down, the GPU lock's check (test-gpu-lock); either failing fails the target.
 test: setup-test
-	$(PY) -m pytest -q -ra --durations=25 -n 2 --dist loadgroup
+	@status=0; \
+	$(PY) -m pytest -q -ra --durations=25 -n 2 --dist loadgroup || status=$$?; \
+	$(GPU_LOCK_TESTS) || status=$$?; \
+	exit $$status
+
+# The tests marked engine_seam (adapter load and its refusals, coverage, parity, placement,
+# Server-Timing) once more on the GPU lock's Ray Serve LLM and vLLM release, built for CPU, with the
+# embedded stack in the production layout (standard, Serve's proxy): a change that breaks the GPU
+# stack fails on every machine, not only on a GPU.
+GPU_LOCK_TESTS = MAZE_TEST_LAYOUT=standard $(VENV)-gpulock/bin/python -m pytest -q -ra --durations=10 -m engine_seam \
+	tests/serving/test_compat.py tests/serving/engine tests/serving/stack
+test-gpu-lock: setup-test
+	$(GPU_LOCK_TESTS)
 
 # The inner loop: every test that starts no gateway stack, cluster or Ray head and takes seconds
 # (the ones marked slow, CPU training runs among them, are left to `make test`), on two xdist

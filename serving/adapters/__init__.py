@@ -26,14 +26,16 @@ from serving.adapters.model_id import ModelId
 from serving.adapters.modules import inspect_adapter
 from serving.adapters.objects import ObjectStore
 from serving.adapters.parity import NOT_COMPARED, ParityRecord, parity_label, parity_of
+from serving.adapters.policies import KINDS as POLICY_KINDS
+from serving.adapters.policies import in_force as policy_in_force
 from serving.adapters.refs import STABLE_MOVES, AdapterRef, AliasMove, check_name, move_of, now
 from serving.adapters.resolver import AdapterResolver
 from serving.adapters.s3 import export_s3_env, is_local, s3_env, spec_from_env
 from serving.adapters.store import AdapterStore
 from serving.config import GatePolicy
 
-__all__ = ["CONFIG", "NOT_COMPARED", "STABLE_MOVES", "WEIGHTS", "AdapterRef", "AdapterResolver", "AdapterStore", "AliasMove", "Canary", "canary_of",
+__all__ = ["CONFIG", "NOT_COMPARED", "POLICY_KINDS", "STABLE_MOVES", "WEIGHTS", "AdapterRef", "AdapterResolver", "AdapterStore", "AliasMove", "Canary", "canary_of",
            "GateEvidence", "GatePolicy", "GateTarget", "ModelId", "ObjectStore", "ParityRecord", "VerifyReport",
            "check_name", "export_s3_env", "gate_evidence", "inspect_adapter", "is_local", "move_of", "now",
-           "open_objects", "parity_label", "parity_of", "s3_env", "serves_canary", "session_key", "spec_from_env",
+           "open_objects", "parity_label", "parity_of", "policy_in_force", "s3_env", "serves_canary", "session_key", "spec_from_env",
            "verify_adapter_folder"]

@@ -362,6 +362,8 @@ def repointed(doc: dict[str, Any] | None, step: AliasMove) -> dict[str, Any]:
     parity = kept_parity(doc, [m["version"] for m in history] + ([canary["version"]] if canary else []))
     if parity:
         new["parity"] = parity
+    if (doc or {}).get("policy"):  # the name's own policy changes (serving.adapters.policies) stay with it
+        new["policy"] = doc["policy"]
     return new
 
 

@@ -25,6 +25,7 @@ STABLE_MOVES = ("push", "promote", "rollback")  # history actions that moved the
 # (canary, abort) started, re-weighted or ended a canary, and a gate entry recorded a decision that left it
 GATE = "gate"  # an offline gate's decision that did not move the alias (its promotions are promote moves)
 CANDIDATE = "candidate"  # a version pushed for the offline gate, not served
+POLICY = "policy"  # a change of the name's own gate or guard policy (serving.adapters.policies)
 GUARD = "guard"  # a live guard's finding that did not move the alias (a canary found better, left to a person)
 # Entries the history drops first once it is full: records of the gate that moved nothing, so a watcher gating
 # every step never pushes out the moves a rollback returns to.
@@ -66,7 +67,7 @@ class AliasMove:
 
     version: str
     at: str
-    action: str  # push | promote | rollback | canary | abort | candidate | gate | guard
+    action: str  # push | promote | rollback | canary | abort | candidate | gate | guard | policy
     base: str | None = None
     rank: int | None = None
     weight: float | None = None  # the canary's share in percent (canary moves only)

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from serving.adapters import policies
 from serving.adapters.backends import open_objects
 from serving.adapters.canary import Canary, check_weight
 from serving.adapters.checks import VerifyReport, VersionChecks
@@ -270,10 +271,46 @@ class AdapterStore:
     def gate_target(self, name: str, version: str) -> GateTarget:
         """``version`` of ``name`` cleared for the offline gate (:meth:`AliasMoves.gate_candidate
         <serving.adapters.moves.AliasMoves.gate_candidate>`, whose errors it raises), with the version
-        served now and the name's gate policy (``adapters.gate``)."""
+        served now and the name's gate policy (``adapters.gate`` with the name's own changes)."""
         current, base, parity = self.moves.gate_candidate(name, version)
         return GateTarget(name=name, version=version, current=current, base=base, parity=parity,
-                          policy=self.spec.gate.policy(name))
+                          policy=self.policy(name, "gate"))
+
+    def policy(self, name: str, kind: str, doc: dict[str, Any] | None = None) -> Any:
+        """``name``'s ``kind`` policy in force (``gate`` or ``guard``): the config's for the name with the
+        changes kept in its ref (:mod:`~serving.adapters.policies`; ``doc``: the ref already read)."""
+        configured = getattr(self.spec, kind).policy(name)
+        return policies.in_force(configured, doc if doc is not None else self.refs.require(name), kind)
+
+    def policy_view(self, name: str, doc: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What ``maze-serve adapters policy NAME`` and ``GET /v1/adapters/{name}/policy`` show: each policy
+        in force and the name's own changes."""
+        doc = doc if doc is not None else self.refs.require(name)
+        return {"object": "adapter.policy", "name": name,
+                **{kind: self.policy(name, kind, doc).model_dump() for kind in policies.KINDS},
+                "changes": {kind: policies.changes_of(doc, kind) for kind in policies.KINDS}}
+
+    def set_policy(self, name: str, kind: str, changes: dict[str, Any], *, by: str | None = None) -> Any:
+        """Replace ``name``'s own changes to its ``kind`` policy with ``changes`` ({}: the config's again),
+        in one conditional write recorded in its history; returns the policy now in force.
+
+        Raises:
+            BadAdapterName, BadRequest (400: an unknown kind or field, a value the policy refuses),
+            AdapterNotFound (404), AdapterRefConflict (409), AdapterStoreUnavailable (503).
+        """
+        configured = getattr(self.spec, kind).policy(name) if kind in policies.KINDS else None
+        changes = policies.checked(configured, kind, changes)
+
+        def change(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+            if doc is None:
+                raise AdapterNotFound(f"adapter {name!r} not found")
+            if policies.changes_of(doc, kind) == changes:
+                return None
+            return policies.with_changes(doc, kind, changes, by)
+
+        doc = self.refs.update(name, change)
+        log.info("adapter %s: %s policy changes %s", name, kind, changes or "cleared")
+        return self.policy(name, kind, doc)
 
     @_doc_of(AliasMoves.decide)
     def decide(self, name: str, version: str, evidence: GateEvidence | dict[str, Any]) -> tuple[AdapterRef, AliasMove]:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import Any
 
 import click
+import yaml
 
 from agent.cli import json_option
 from serving.cli import placement
@@ -260,6 +262,48 @@ def adapters_guard(ctx: click.Context, name: str, as_json: bool) -> None:
     for key in ("found_better", "verdict"):
         if ledger.get(key):
             click.echo(f"{ledger[key]['action']}: {ledger[key]['reason']} ({ledger[key]['outcome']})")
+
+
+def _changes(pairs: tuple[str, ...], option: str) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as policy changes (values read as YAML: true, 0.01, [16, 32])."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r}: give KEY=VALUE (e.g. promote=true)", param_hint=option)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+@adapters.command("policy")
+@click.argument("name")
+@click.option("--gate", "gate_changes", multiple=True, metavar="KEY=VALUE",
+              help="change a field of NAME's offline gate policy (adapters.gate), e.g. alpha=0.01")
+@click.option("--guard", "guard_changes", multiple=True, metavar="KEY=VALUE",
+              help="change a field of NAME's live guard policy (adapters.guard), e.g. promote=true")
+@click.option("--reset", type=click.Choice(["gate", "guard"]), multiple=True,
+              help="drop NAME's own changes to that policy: the config's applies again")
+@json_option()
+@click.pass_context
+def adapters_policy(ctx: click.Context, name: str, gate_changes: tuple[str, ...], guard_changes: tuple[str, ...],
+                    reset: tuple[str, ...], as_json: bool) -> None:
+    """NAME's offline gate and live guard policies in force (the serving config's with NAME's own
+    changes), or with --gate/--guard/--reset, change them: recorded in NAME's history; through
+    --gateway, a key that may promote NAME."""
+    store = store_of(config_of(ctx))
+    view = store.policy_view(name)
+    for kind, pairs in (("gate", gate_changes), ("guard", guard_changes)):
+        if pairs or kind in reset:
+            changes = {} if kind in reset else {**view["changes"][kind], **_changes(pairs, f"--{kind}")}
+            store.set_policy(name, kind, changes)
+    view = store.policy_view(name) if gate_changes or guard_changes or reset else view
+    if as_json:
+        click.echo(json.dumps(view, indent=2))
+        return
+    for kind in ("gate", "guard"):
+        own = view["changes"][kind]
+        fields = ", ".join(f"{k}={v}" for k, v in view[kind].items())
+        click.echo(f"{kind}: {fields}" + (f"\t(changed here: {', '.join(sorted(own))})" if own else ""))
 
 
 @adapters.command("gate", context_settings={"ignore_unknown_options": True})

@@ -106,6 +106,12 @@ class GatewayAdapters:
     def history(self, name: str) -> list[AliasMove]:
         return [move_of(m) for m in self._call("GET", f"/v1/adapters/{name}/history")["data"]]
 
+    def policy_view(self, name: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/adapters/{name}/policy")
+
+    def set_policy(self, name: str, kind: str, changes: dict[str, Any]) -> dict[str, Any]:
+        return self._call("PUT", f"/v1/adapters/{name}/policy", json={"kind": kind, "changes": changes})
+
     def guard(self, name: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/adapters/{name}/guard")
 

@@ -27,7 +27,10 @@ Where the two stacks differ in what the gateway touches:
   the engine the one vLLM made;
 * ``VLLMClientError`` (``vllm/exceptions.py``) exists in vLLM 0.32 only, and only Ray 2.60's
   ``get_response_for_error`` (``ray/llm/_internal/serve/utils/server_utils.py``) answers it with a 400;
-  vLLM 0.26 raises ``ValueError`` for a request's own errors. :func:`error_status` answers both alike.
+  vLLM 0.26 raises ``ValueError`` for a request's own errors. :func:`error_status` answers both alike;
+* vLLM 0.26's CPU model runner warms up with a profile run in eager mode too, which runs the vision
+  tower's LoRA layers before any mapping is set (an engine with tower LoRA fails to start); vLLM 0.32
+  skips that warm-up. :func:`skip_eager_cpu_warmup`, called in the engine's worker, makes 0.26 do the same.
 """
 
 from serving.compat.access import (
@@ -39,6 +42,7 @@ from serving.compat.access import (
     serve_controller_client,
     serve_request_model,
     served_models,
+    skip_eager_cpu_warmup,
     vllm_client_errors,
     worker_lora_manager,
 )
@@ -64,4 +68,4 @@ def __getattr__(name: str):  # PEP 562: a name of PLACES resolves (and imports R
 __all__ = ["CPU_STACK", "GPU_STACK", "MULTIPLEX_ATTR", "PLACES", "InternalsMissing", "connect_tokenization",
            "describe_stack", "engine_build", "engine_client", "error_status", "installed_stack", "problems",
            "registered_lora", "resolve", "serve_controller_client", "serve_request_model", "served_models",
-           "vllm_client_errors", "worker_lora_manager"]
+           "skip_eager_cpu_warmup", "vllm_client_errors", "worker_lora_manager"]

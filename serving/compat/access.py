@@ -4,6 +4,7 @@ through one function, and the behaviours in which the two stacks differ, each gi
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -71,6 +72,37 @@ def serve_controller_client() -> Any:
     return resolve("serve_context")._get_global_client()
 
 
+def skip_eager_cpu_warmup() -> bool:
+    """Make vLLM's CPU model runner skip its warm-up in eager mode, as vLLM 0.32's does; True when the
+    installed runner was changed (a CPU build, the first call in this process).
+
+    vLLM 0.26's CPU runner warms up with a profile run whatever the compilation mode, and that run
+    passes a dummy video through the vision tower before any tower LoRA mapping is set: with tower
+    LoRA on, the CPU LoRA ops read the tower wrapper's never-written slot indices (an IndexError at
+    engine start, or another slot's weights added). vLLM 0.32 returns at once for
+    ``CompilationMode.NONE``, where there is no compiled graph to warm. Wrapping 0.32's runner too
+    changes nothing it does. Called in the engine's worker process (serving.engine.lora_worker)."""
+    from serving.compat.places import engine_build
+
+    if engine_build() != "cpu":
+        return False
+    runner = resolve("CPUModelRunner")
+    stock = runner.warming_up_model
+    if getattr(stock, "skips_eager", False):
+        return False
+    eager = resolve("CompilationMode").NONE
+
+    @functools.wraps(stock)
+    def warming_up_model(self) -> None:
+        if self.vllm_config.compilation_config.mode == eager:
+            return
+        stock(self)
+
+    warming_up_model.skips_eager = True
+    runner.warming_up_model = warming_up_model
+    return True
+
+
 def vllm_client_errors() -> tuple[type[BaseException], ...]:
     """vLLM's exception types for errors in a request itself, where the installed vLLM has them
     (``VLLMClientError`` in vLLM 0.32; vLLM 0.26 raises ``ValueError``)."""
@@ -87,5 +119,5 @@ def error_status(exc: BaseException, request_id: str | None) -> int:
 
 
 __all__ = ["MULTIPLEX_ATTR", "connect_tokenization", "engine_client", "error_status", "registered_lora",
-           "serve_controller_client", "serve_request_model", "served_models", "vllm_client_errors",
-           "worker_lora_manager"]
+           "serve_controller_client", "serve_request_model", "served_models", "skip_eager_cpu_warmup",
+           "vllm_client_errors", "worker_lora_manager"]

@@ -44,6 +44,7 @@ METHODS: dict[str, dict[str, tuple[str, ...]]] = {
     "WorkerBase": {"add_lora": ("lora_request",)},
     "LoRAModelManager": {"activate_adapter": ("lora_id",)},
     "BaseLinearLayerWithLoRA": {"_apply_sync": ("x", "bias")},
+    "CPUModelRunner": {"warming_up_model": ()},
     "PunicaWrapperCPU": {"update_metadata": ("mapping", "lora_index_to_id", "max_loras", "vocab_size"),
                          "add_shrink": ("y", "x", "lora_a_stacked", "scale"),
                          "add_expand": ("y", "x", "lora_b_stacked", "output_slices", "offset_start", "add_inputs"),

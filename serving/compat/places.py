@@ -64,6 +64,8 @@ PLACES: dict[str, tuple[tuple[str, str | None], ...]] = {
     "LoRAModel": (("vllm.lora.lora_model", "LoRAModel"),),
     "LoRALayerWeights": (("vllm.lora.lora_weights", "LoRALayerWeights"),),
     "current_platform": (("vllm.platforms", "current_platform"),),
+    "CompilationMode": (("vllm.config", "CompilationMode"),),
+    "CPUModelRunner": (("vllm.v1.worker.cpu_model_runner", "CPUModelRunner"),),
     # vLLM's CPU LoRA path, which serving.engine.lora_kernels and lora_merge replace (CPU engines only).
     "PunicaWrapperCPU": (("vllm.lora.punica_wrapper.punica_cpu", "PunicaWrapperCPU"),),
     "BaseLinearLayerWithLoRA": (("vllm.lora.layers.base_linear", "BaseLinearLayerWithLoRA"),),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from serving.compat import skip_eager_cpu_warmup
 from serving.engine import lora_merge
 from serving.engine.lora_coverage import LoraCoverageExtension
 from serving.engine.lora_kernels import STATS, install
@@ -23,6 +24,8 @@ EXTENSION_QUALNAME = f"{__name__}.GroupedLoraWorkerExtension"
 
 #: Whether the grouped kernels are installed in this process (False off the CPU platform).
 INSTALLED = install()
+# Before the worker builds its model: vLLM 0.26's CPU warm-up would run the tower's LoRA layers unmapped.
+skip_eager_cpu_warmup()
 #: Merged weights for single-adapter steps (serving.engine.lora_merge), when the engine env asks for them.
 MERGED = lora_merge.install() if INSTALLED else None
 

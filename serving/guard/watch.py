@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from serving.adapters import AdapterStore, Canary, ModelId, canary_of, serves_canary
+from serving.adapters import AdapterStore, Canary, ModelId, canary_of, policy_in_force as in_force, serves_canary
 from serving.config import GuardPolicy, GuardSpec
 from serving.errors import AdapterRefConflict, BadRequest
 from serving.guard.ledger import Outcome, fold, fresh, judge, same_canary, summary, with_verdict
@@ -56,8 +56,10 @@ class CanaryGuard:
         self.store, self.spec = store, spec
         self.objects = store.objects.scoped(GUARD_PREFIX)
 
-    def policy(self, name: str) -> GuardPolicy:
-        return self.spec.policy(name)
+    def policy(self, name: str, doc: dict[str, Any] | None = None) -> GuardPolicy:
+        """``name``'s guard policy in force: ``spec``'s for the name with the name's own changes
+        (``serving.adapters.policies``; ``doc``: its ref, read when not given)."""
+        return in_force(self.spec.policy(name), doc if doc is not None else self.store.refs.require(name), "guard")
 
     def ledger(self, name: str) -> dict[str, Any] | None:
         """The name's current canary ledger, as shown to operators (None: none was kept)."""
@@ -71,8 +73,8 @@ class CanaryGuard:
         Raises:
             BadAdapterName (400), AdapterNotFound (404), AdapterStoreUnavailable (503).
         """
-        self.store.refs.require(name)
-        return {"object": "adapter.guard", "name": name, "policy": self.policy(name).model_dump(),
+        doc = self.store.refs.require(name)
+        return {"object": "adapter.guard", "name": name, "policy": self.policy(name, doc).model_dump(),
                 "ledger": self.ledger(name)}
 
     def report(self, model: str, session: str, outcome: Outcome) -> Counted:
@@ -87,10 +89,11 @@ class CanaryGuard:
         if not served.is_adapter or served.version is None:
             raise BadRequest(f"model {model!r} names no adapter version: report the model the gateway answered "
                              "with (base:name@version)")
-        name, policy = served.name, self.policy(served.name)
+        name = served.name
+        doc = self.store.refs.require(name)
+        policy = self.policy(name, doc)
         if not policy.enabled:
             return self._skip(name, f"the live guard is off for {name!r}")
-        doc = self.store.refs.require(name)
         canary = canary_of(doc)
         if canary is None:
             return self._skip(name, f"{name!r} runs no canary")

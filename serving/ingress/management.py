@@ -10,6 +10,9 @@
   ``.../promote`` (``{"version", "force_parity"}`` or none: the canary), ``.../abort``,
   ``.../rollback`` (``{"force_parity"}`` or none): a publisher on names its models cover, an admin on
   any name; ``DELETE /v1/adapters/{name}``: admin only.
+* ``GET /v1/adapters/{name}/policy`` (the gate's and the live guard's policy in force for the name:
+  the config's with the name's own changes) and ``PUT`` (``{"kind": "gate"|"guard", "changes": {...}}``,
+  a key that may promote the name; recorded in its history with the key): ``serving.adapters.policies``.
 * ``GET /v1/adapters/{name}/gate?version=`` (whether that version may go through the offline gate:
   the version served now and the name's gate policy, ``adapters.gate``; 409 when its parity record
   is missing or does not pass) and ``POST /v1/adapters/{name}/gate`` (``{"version", "evidence"}``:
@@ -63,7 +66,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.adapters import CONFIG, WEIGHTS, AdapterRef, AdapterStore, ModelId
+from serving.adapters import CONFIG, POLICY_KINDS, WEIGHTS, AdapterRef, AdapterStore, ModelId
 from serving.auth import current, visible
 from serving.config import ServingConfig
 from serving.errors import (
@@ -404,6 +407,32 @@ async def gate_decision(request: Request, name: str, body: GateBody):
     ModelId(None, ModelId.plain(name), body.version).checked()
     ref, move = await asyncio.to_thread(store_of(cfg).decide, name, body.version, body.evidence)
     return {"object": "gate_decision", "ref": _served(ref), "move": dataclasses.asdict(move)}
+
+
+class PolicyBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: str = Field(description="which policy: gate (the offline gate's) or guard (the live guard's)")
+    changes: dict[str, Any] = Field(description="the fields of the policy this name changes ({}: the config's again)")
+
+
+@router.get("/v1/adapters/{name}/policy")
+async def adapter_policy(request: Request, name: str):
+    cfg = config_of(request)
+    name = _visible(cfg, name)
+    store = store_of(cfg)
+    doc = await asyncio.to_thread(store.refs.require, name)
+    return store.policy_view(name, doc)
+
+
+@router.put("/v1/adapters/{name}/policy", dependencies=[_may("promote")])
+async def set_adapter_policy(request: Request, name: str, body: PolicyBody):
+    cfg = config_of(request)
+    ModelId.plain(name)
+    principal = current()
+    store = store_of(cfg)
+    await asyncio.to_thread(store.set_policy, name, body.kind, body.changes,
+                            by=principal.name if principal is not None else None)
+    return store.policy_view(name, await asyncio.to_thread(store.refs.require, name))
 
 
 async def _move(request: Request, name: str, method: str) -> dict[str, Any]:

@@ -11,6 +11,8 @@ import pytest
 from serving import compat
 from serving.compat import checks, places
 
+pytestmark = pytest.mark.engine_seam  # run on the GPU lock's Ray and vLLM too (make test-gpu-lock)
+
 
 @pytest.fixture
 def fresh_resolve():
@@ -138,6 +140,22 @@ def test_the_engine_gets_the_tokenization_server_its_vllm_made():
     neither = SimpleNamespace(_oai_serving_tokenization=None, _app_state=SimpleNamespace())
     assert not compat.connect_tokenization(neither) and neither._oai_serving_tokenization is None
     assert not compat.connect_tokenization(object())  # an engine not started yet
+
+
+def test_a_cpu_runner_in_eager_mode_warms_up_without_a_profile_run():
+    """vLLM 0.26's CPU runner warms up with a profile run that passes the vision tower's LoRA layers
+    before any tower mapping is set (an engine with tower LoRA then fails to start); 0.32's returns
+    at once in eager mode, and skip_eager_cpu_warmup makes 0.26's do the same."""
+    if compat.engine_build() != "cpu":
+        pytest.skip("the CPU model runner's warm-up: CPU builds only")
+    from types import SimpleNamespace
+
+    compat.skip_eager_cpu_warmup()
+    assert compat.skip_eager_cpu_warmup() is False  # once per process
+    runner = object.__new__(compat.CPUModelRunner)
+    runner.vllm_config = SimpleNamespace(compilation_config=SimpleNamespace(mode=compat.CompilationMode.NONE))
+    runner.profile_run = lambda: pytest.fail("a profile run in eager mode")
+    runner.warming_up_model()
 
 
 @pytest.mark.parametrize("installed, build", [

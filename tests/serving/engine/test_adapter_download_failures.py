@@ -20,6 +20,7 @@ from serving.errors import AdapterLoadFailed, AdapterStoreUnavailable
 from serving.local import free_port
 from tests.support.adapter_store import S3Server, make_adapter
 
+pytestmark = pytest.mark.engine_seam  # the loader is Ray Serve LLM's, subclassed
 PREFIX = "s3://download-failures/lora"
 
 

@@ -64,6 +64,7 @@ _ENGINE_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.engine_seam
 def test_a_cpu_engine_without_tower_lora_reports_what_it_leaves_out(tmp_path):
     folders = [build_adapter(kind, tmp_path) for kind in ("tower", "lm", "renamed")]
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONPATH": str(ROOT)}

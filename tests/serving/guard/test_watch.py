@@ -150,3 +150,33 @@ def test_the_cli_shows_the_guard_and_its_move_in_the_history(s3_server, tmp_path
     assert history[0].startswith(f"{cand}\t") and "\tabort\t" in history[0]
     assert "guard vs " + stable in history[0] and "0 wins 7 losses" in history[0]
     assert run("guard", "nobody").exit_code != 0
+    changed = run("policy", "agent", "--guard", "promote=true", "--guard", "alpha_promote=0.01", "--gate", "alpha=0.02")
+    assert changed.exit_code == 0, changed.output
+    assert "promote=True" in changed.output and "(changed here: alpha_promote, promote)" in changed.output
+    assert store.policy("agent", "gate").alpha == 0.02
+    assert run("policy", "agent", "--guard", "promote").exit_code == 2  # KEY=VALUE
+    bad = run("policy", "agent", "--guard", "alpha_promote=2")
+    assert bad.exit_code != 0 and "alpha_promote" in bad.output
+    assert run("policy", "agent", "--reset", "guard").exit_code == 0 and store.policy("agent", "guard").promote is False
+
+
+def test_a_names_own_policy_changes_apply_are_checked_and_recorded(canary, s3_server, tmp_path):
+    store, stable, cand = canary
+    assert store.policy("agent", "guard").promote is False
+    with pytest.raises(BadRequest, match="guard policy: promot"):
+        store.set_policy("agent", "guard", {"promot": True})
+    with pytest.raises(BadRequest, match="alpha_rollback: Input should be less than 0.5"):
+        store.set_policy("agent", "guard", {"alpha_rollback": 0.9})
+    with pytest.raises(BadRequest, match="policy kind 'other'"):
+        store.set_policy("agent", "other", {})
+    assert store.set_policy("agent", "guard", {"promote": True, "horizon_s": H}, by="ops").promote is True
+    entry = store.history("agent")[0]
+    assert (entry.action, entry.by) == ("policy", "ops") and "guard policy: horizon_s=0.5, promote=True" in entry.reason
+    store.promote("agent", stable)  # a move keeps the name's own changes
+    assert store.policy("agent", "guard").promote is True and store.policy("agent", "gate").alpha == 0.05
+    # the live guard reads them: a better canary is promoted by itself now
+    store.canary("agent", cand, 50)
+    play(CanaryGuard(store, GuardSpec()), stable, cand, store, 7, canary_outcome=WON, stable_outcome=LOST)
+    assert store.resolve("agent").version == cand
+    store.set_policy("agent", "guard", {})
+    assert store.policy("agent", "guard").promote is False and store.policy_view("agent")["changes"]["guard"] == {}

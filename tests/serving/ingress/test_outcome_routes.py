@@ -82,3 +82,24 @@ def test_an_outcome_without_a_version_or_canary_is_answered_not_counted(guarded)
     assert unversioned.status_code == 400 and "names no adapter version" in unversioned.json()["error"]["message"]
     assert no_canary.status_code == 200 and no_canary.json()["counted"] is False
     assert "runs no canary" in no_canary.json()["reason"]
+
+
+def test_a_names_policy_is_read_by_who_sees_it_and_changed_by_who_may_promote_it(guarded):
+    cfg, store, stable, cand = guarded
+    change = {"kind": "guard", "changes": {"promote": True}}
+    read, inference, other_team, publisher, bad, after = call(cfg, [
+        (A, "GET", "/v1/adapters/team-a-x/policy", {}),
+        (A, "PUT", "/v1/adapters/team-a-x/policy", {"json": change}),  # an inference key may not
+        (B, "PUT", "/v1/adapters/team-a-x/policy", {"json": change}),  # nor a publisher of other names
+        (B, "PUT", "/v1/adapters/team-b-z/policy", {"json": change}),
+        (B, "PUT", "/v1/adapters/team-b-z/policy", {"json": {"kind": "guard", "changes": {"alpha_promote": 3}}}),
+        (OPS, "GET", "/v1/adapters/team-b-z/policy", {}),
+    ])
+    assert read.status_code == 200 and read.json()["guard"]["promote"] is False and read.json()["gate"]["alpha"] == 0.05
+    for refused in (inference, other_team):
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "insufficient_permissions"
+    assert publisher.status_code == 200 and publisher.json()["guard"]["promote"] is True
+    assert bad.status_code == 400 and "alpha_promote" in bad.json()["error"]["message"]
+    assert after.json()["changes"] == {"gate": {}, "guard": {"promote": True}}
+    entry = store.history("team-b-z")[0]
+    assert (entry.action, entry.by) == ("policy", "team-b")

@@ -12,7 +12,7 @@ from tests.support.waiting import wait_for
 
 from tests.support.gateway_stack import image_messages
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.engine_seam]
 PINNED = "maze-grpo"
 
 

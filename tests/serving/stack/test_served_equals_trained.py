@@ -19,7 +19,7 @@ from serving.adapters.refs import now
 from tests.support.gateway_stack import image_messages, png_url
 from tests.support.peft_adapters import build_adapter, hf_first_logprobs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.engine_seam]
 TOLERANCE = 0.02  # per top-5 logprob: float32 engine against float32 HF, grouped CPU kernels
 
 

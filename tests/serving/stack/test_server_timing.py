@@ -30,7 +30,7 @@ import pytest
 from serving.ingress import parse_header
 from tests.support.gateway_stack import image_messages
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.engine_seam]
 
 ROUNDING_MS = 0.001 * 12  # at most 0.5 us rounding per part, a dozen parts
 N = 3  # requests of each kind after a warm-up

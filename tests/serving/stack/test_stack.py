@@ -62,6 +62,7 @@ def test_streaming(stack):
     assert all(c.model.startswith(f"{stack.base}:{name}@") for c in chunks)
 
 
+@pytest.mark.engine_seam
 def test_adapter_pushed_during_run_is_served(stack):
     name = "pushed-live"
     with pytest.raises(openai.NotFoundError):
@@ -106,6 +107,7 @@ def test_missing_adapter_is_404_for_the_openai_client(stack):
     assert "never-pushed" in info.value.message
 
 
+@pytest.mark.engine_seam
 def test_corrupt_adapter_clear_error_and_others_keep_serving(stack):
     store = stack.store
     good = stack.assets.extra[5]
