@@ -171,11 +171,12 @@ def test_a_names_own_policy_changes_apply_are_checked_and_recorded(canary, s3_se
         store.set_policy("agent", "other", {})
     assert store.set_policy("agent", "guard", {"promote": True, "horizon_s": H}, by="ops").promote is True
     entry = store.history("agent")[0]
-    assert (entry.action, entry.by) == ("policy", "ops") and "guard policy: horizon_s=0.5, promote=True" in entry.reason
+    assert (entry.action, entry.by) == ("policy", "ops") and "guard policy: horizon_s=0.2, promote=True" in entry.reason
     store.promote("agent", stable)  # a move keeps the name's own changes
     assert store.policy("agent", "guard").promote is True and store.policy("agent", "gate").alpha == 0.05
     # the live guard reads them: a better canary is promoted by itself now
     store.canary("agent", cand, 50)
+    time.sleep(H + 0.1)
     play(CanaryGuard(store, GuardSpec()), stable, cand, store, 7, canary_outcome=WON, stable_outcome=LOST)
     assert store.resolve("agent").version == cand
     store.set_policy("agent", "guard", {})
