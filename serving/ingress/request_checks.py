@@ -209,12 +209,28 @@ def _check_roles(messages: Any) -> None:
             raise BadRequest(f"messages[{i}].role: {role!r} is not one of {sorted(OPENAI_ROLES)}")
 
 
+MAX_TOKEN_ID = 2**31 - 1  # tokenizers and the engine hold token ids as 32-bit integers
+
+
+def _check_token_ids(body: Any) -> None:
+    """Token ids a client sends (``tokens`` to detokenize, a ``prompt`` given as ids) are whole numbers in
+    ``[0, MAX_TOKEN_ID]``: a larger one overflows the tokenizer's integers inside the engine (a 500)."""
+    for field in ("tokens", "prompt"):
+        ids = _get(body, field)
+        if not isinstance(ids, list):
+            continue
+        for i, value in enumerate(ids):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and not (
+                    0 <= value <= MAX_TOKEN_ID and float(value).is_integer()):
+                raise BadRequest(f"{field}[{i}]: {value!r} is not a token id (a whole number from 0 to {MAX_TOKEN_ID})")
+
+
 def check_request(body: Any, limits: LimitsSpec) -> RequestStats:
     """Every check of one engine request, before the engine sees it.
 
     Raises:
         BadRequest: a field of another JSON type than vLLM reads it as (in a raw body, see
-            :func:`check_json_types`), a role or part type OpenAI or this gateway does not take,
+            :func:`check_json_types`), a token id out of range, a role or part type OpenAI or this gateway does not take,
             no messages, a sampling field outside OpenAI's range, too many choices or images, a
             non-``data:`` image URL (400).
         InvalidImage: image data that is not an image (400).
@@ -222,6 +238,7 @@ def check_request(body: Any, limits: LimitsSpec) -> RequestStats:
         ImageTooLarge: an image over ``max_image_pixels``, or images over ``max_request_pixels`` in all (413).
     """
     check_json_types(body)
+    _check_token_ids(body)
     _check_roles(_get(body, "messages"))
     for field, (low, high) in OPENAI_RANGES.items():
         value = _get(body, field)

@@ -106,6 +106,20 @@ def test_openai_validation(body, match):
         check_request(body, ServingConfig.shipped("embedded").limits)
 
 
+# A fuzz run's 500 (POST /detokenize): token ids past 32 bits overflow the tokenizer inside the engine.
+@pytest.mark.parametrize("body,match", [
+    ({"model": "m", "tokens": [658, 7823402063.0, 1]}, r"tokens\[1\]: 7823402063.0 is not a token id"),
+    ({"model": "m", "tokens": [-1]}, r"tokens\[0\]: -1 is not a token id"),
+    ({"model": "m", "tokens": [1.5]}, r"tokens\[0\]: 1.5 is not a token id"),
+    ({"model": "m", "prompt": [1, 2**40]}, r"prompt\[1\]"),
+])
+def test_token_ids_past_32_bits_are_refused(body, match):
+    with pytest.raises(BadRequest, match=match):
+        check_request(body, ServingConfig.shipped("embedded").limits)
+    ok = {**body, body and next(iter(k for k in body if k != "model")): [0, 2**31 - 1, 658.0]}
+    assert check_request(ok, ServingConfig.shipped("embedded").limits).images == 0
+
+
 def test_roles_openai_accepts():
     messages = [{"role": r, "content": "x"} for r in ("system", "developer", "user", "assistant", "tool", "function")]
     assert check_request({"messages": messages}, ServingConfig.shipped("embedded").limits).images == 0
