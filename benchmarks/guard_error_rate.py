@@ -70,6 +70,8 @@ DRIFT_LOGIT, DRIFT_PERIOD = 1.0, 200.0  # amplitude on the logit scale; period i
 RATE, BUDGET = 4.0, 2000  # sessions started a second; canary sessions a run may take
 HORIZON = TURN_LIMIT * PACE[1]  # 48 s: the longest session, so every session is paired
 SHORT_HORIZON = 40.0  # shorter than about half of the failed sessions (32-48 s): those are in no pair
+CANARY_STARTED_AT = "1970-01-01T00:00:00+00:00"  # the canary's start as the ledger is given it: epoch 0, the
+# simulation's clock (seconds from the canary's start), so the ledger's ``since`` is 0.0
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ def verdict_table(pol: GuardPolicy, n_max: int) -> tuple[np.ndarray, np.ndarray]
     """For each count ``n`` of discordant pairs up to ``n_max``: the most wins that the real
     ``judge`` rolls back at (-1: none) and the fewest it promotes at (n + 1: none). Both bounds only
     rise with ``n`` (a loss more can only add to the evidence of harm), so each is walked up once."""
-    doc = fresh("sim", "c" * 12, "start", "s" * 12)
+    doc = fresh("sim", "c" * 12, CANARY_STARTED_AT, "s" * 12)
 
     def action(wins: int, losses: int) -> str | None:
         found = judge({**doc, "pairs": {"wins": wins, "losses": losses, "ties": 0}}, pol)
@@ -169,8 +171,9 @@ def traffic(rng: np.random.Generator, sc: Scenario) -> dict[str, np.ndarray]:
 
 def prepared(run: dict[str, np.ndarray], horizon: float) -> tuple[np.ndarray, ...]:
     """The ledger's view of a run's reports: each session's start as ``fold`` places it (report time
-    less duration, floored to the millisecond), whether it waits for a pair (it ran no longer than
-    the horizon), and the waiting sessions in the order the ledger sorts them (start, then report)."""
+    less duration, floored to the millisecond), whether it ran no longer than the horizon, and those
+    sessions in the order the ledger sorts them (start, then report). The replay leaves out of the
+    line the ones that started before the canary, as the ledger does."""
     duration = run["end"] - run["start"]
     start = np.floor((run["end"] - np.maximum(0.0, duration)) * 1000) / 1000
     included = duration <= horizon
@@ -183,14 +186,14 @@ def fast_verdict(run: dict[str, np.ndarray], table: tuple[np.ndarray, np.ndarray
     """The verdict and the index of the report it came at (undecided: None and the report count),
     from the compiled replay of the ledger (benchmarks/support/guard_replay.py)."""
     start, included, order = prepared(run, pol.horizon_s)
-    code, at, *_ = replay(run["end"], start, run["canary"], run["solved"], included, order, float(pol.horizon_s),
-                          int(pol.pending_max), table[0], table[1])
+    code, at, *_ = replay(run["end"], start, run["canary"], run["solved"], included, order, 0.0,
+                          float(pol.horizon_s), int(pol.pending_max), table[0], table[1])
     return (None, "rollback", "promote")[code], int(at)
 
 
 def ledger_verdict(run: dict[str, np.ndarray], pol: GuardPolicy) -> tuple[str | None, int]:
     """The same through the real ledger: every report folded in at its time, the ledger judged after each."""
-    doc = fresh("sim", "c" * 12, "start", "s" * 12)
+    doc = fresh("sim", "c" * 12, CANARY_STARTED_AT, "s" * 12)
     duration = run["end"] - run["start"]
     for i, (is_canary, solved, end, took) in enumerate(zip(run["canary"].tolist(), run["solved"].tolist(),
                                                             run["end"].tolist(), duration.tolist())):
