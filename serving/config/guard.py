@@ -13,9 +13,10 @@ from serving.config.base import PerNamePolicies, SectionModel
 
 
 class GuardPolicy(SectionModel):
-    """One name's live guard: canary and stable session outcomes are paired as they arrive, and an
-    anytime-valid test on the pairs where exactly one arm solved its maze may be read after every
-    outcome; guard rails on errors and latency roll back a canary that breaks rather than loses."""
+    """One name's live guard: canary and stable sessions are paired by the time they started (each
+    outcome carries its session's duration), and an anytime-valid test on the pairs where exactly one
+    arm solved its maze may be read after every outcome; guard rails on errors and latency roll back a
+    canary that breaks rather than loses."""
 
     enabled: bool = Field(True, description=(
         "judge this name's canaries on the session outcomes clients report (POST /v1/outcomes); off: outcomes "

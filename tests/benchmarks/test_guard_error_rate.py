@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.guard_error_rate import (
+    CANARY_STARTED_AT,
     SHORT_HORIZON,
     Scenario,
     check,
@@ -32,7 +33,7 @@ NEVER = (np.full(5000, -1, dtype=np.int64), np.full(5000, 10 ** 9, dtype=np.int6
 def test_the_verdict_table_is_the_ledgers_judge_on_every_count():
     pol = policy()
     roll, prom = verdict_table(pol, 60)
-    doc = fresh("sim", "c" * 12, "start", "s" * 12)
+    doc = fresh("sim", "c" * 12, CANARY_STARTED_AT, "s" * 12)
     for n in range(61):
         for wins in range(n + 1):
             found = judge({**doc, "pairs": {"wins": wins, "losses": n - wins, "ties": 0}}, pol)
@@ -43,7 +44,7 @@ def test_the_verdict_table_is_the_ledgers_judge_on_every_count():
 
 
 def _ledger_pairs(run: dict, horizon: float, pending_max: int) -> dict:
-    doc = fresh("sim", "c" * 12, "start", "s" * 12)
+    doc = fresh("sim", "c" * 12, CANARY_STARTED_AT, "s" * 12)
     for i, (c, s, end, start) in enumerate(zip(run["canary"].tolist(), run["solved"].tolist(), run["end"].tolist(),
                                                run["start"].tolist())):
         doc = fold(doc, "canary" if c else "stable", f"s{i}", Outcome(solved=s, duration_s=end - start), now=end,
@@ -54,21 +55,28 @@ def _ledger_pairs(run: dict, horizon: float, pending_max: int) -> dict:
 def test_the_replay_pairs_as_the_ledger_ties_and_the_lines_bound_included():
     """Starts on a 100 ms grid make equal starts and equal distances common, so the ledger's order
     among them is exercised; a line of 20 drops sessions; a horizon inside the sessions' lengths
-    leaves some out."""
+    leaves some out; sessions that started before the canary (at 0) report after it and are in no
+    pair."""
     rng = np.random.default_rng(3)
     for share in (0.1, 0.5, 0.9):
         for horizon, line in ((30.0, 1000), (30.0, 20), (12.0, 1000)):
-            start = np.sort(np.round(rng.uniform(0, 600, 300), 1))
+            start = np.sort(np.round(rng.uniform(-30, 600, 300), 1))
             end = start + np.round(rng.uniform(0.5, 25, 300), 1)
+            start, end = start[end > 0], end[end > 0]  # reported before the canary started: in no ledger
             order = np.argsort(end, kind="stable")
             run = {"canary": (rng.random(300) < share)[order], "solved": (rng.random(300) < 0.6)[order],
                    "end": end[order], "start": start[order]}
             starts, included, waiting = prepared(run, horizon)
             _, _, wins, losses, ties = replay(run["end"], starts, run["canary"], run["solved"], included, waiting,
-                                              horizon, line, *NEVER)
+                                              0.0, horizon, line, *NEVER)
             expected = _ledger_pairs(run, horizon, line)
             assert {"wins": wins, "losses": losses, "ties": ties} == expected, (share, horizon, line)
             assert wins + losses + ties > 0
+            early = included & (starts < 0)
+            assert early.any()  # the rule is exercised: without it these would wait for a pair
+            *_, w_all, l_all, t_all = replay(run["end"], starts, run["canary"], run["solved"], included, waiting,
+                                             -np.inf, horizon, line, *NEVER)
+            assert w_all + l_all + t_all >= wins + losses + ties
 
 
 def test_fast_verdicts_match_the_real_ledger():
