@@ -229,7 +229,7 @@ async def list_adapters(request: Request):
     return {"object": "list", "data": [_ref(r) for r in refs if name_visible(cfg, r.name)]}
 
 
-def _visible(cfg: ServingConfig, name: str) -> str:
+def visible_name(cfg: ServingConfig, name: str) -> str:
     """``name``, checked as a plain adapter name, when the key may see it; else the 404 a missing
     name gets (scope first: a name outside it is never validated, so never told apart)."""
     if not name_visible(cfg, name):
@@ -240,14 +240,14 @@ def _visible(cfg: ServingConfig, name: str) -> str:
 @router.get("/v1/adapters/{name}/history")
 async def adapter_history(request: Request, name: str):
     cfg = config_of(request)
-    moves = await asyncio.to_thread(store_of(cfg).history, _visible(cfg, name))
+    moves = await asyncio.to_thread(store_of(cfg).history, visible_name(cfg, name))
     return {"object": "list", "data": [dataclasses.asdict(m) for m in moves]}
 
 
 @router.get("/v1/adapters/{name}/parity")
 async def adapter_parity(request: Request, name: str):
     cfg = config_of(request)
-    records = await asyncio.to_thread(store_of(cfg).parity, _visible(cfg, name))
+    records = await asyncio.to_thread(store_of(cfg).parity, visible_name(cfg, name))
     return {"object": "parity", "data": {v: dataclasses.asdict(r) for v, r in records.items()}}
 
 
@@ -255,7 +255,7 @@ async def adapter_parity(request: Request, name: str):
 async def verify_adapter(request: Request, name: str,
                          version: str | None = Query(None, description="the version (default: the one served)")):
     cfg = config_of(request)
-    plain = _visible(cfg, name)
+    plain = visible_name(cfg, name)
     if version:
         ModelId(None, plain, version).checked()  # a bad version is a 400
     report = await asyncio.to_thread(store_of(cfg).verify, name, version)
@@ -418,7 +418,7 @@ class PolicyBody(BaseModel):
 @router.get("/v1/adapters/{name}/policy")
 async def adapter_policy(request: Request, name: str):
     cfg = config_of(request)
-    name = _visible(cfg, name)
+    name = visible_name(cfg, name)
     store = store_of(cfg)
     doc = await asyncio.to_thread(store.refs.require, name)
     return store.policy_view(name, doc)
@@ -462,4 +462,4 @@ async def remove_adapter(request: Request, name: str):
     return await _move(request, name, "remove")
 
 
-__all__ = ["MAX_UPLOAD_MEMBERS", "config_of", "name_visible", "parse_since", "router", "store_of"]
+__all__ = ["MAX_UPLOAD_MEMBERS", "config_of", "name_visible", "parse_since", "router", "store_of", "visible_name"]

@@ -24,12 +24,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from serving.adapters import ModelId
 from serving.auth import visible
 from serving.config import ServingConfig
-from serving.errors import AdapterNotFound, ModelAccessDenied
+from serving.errors import ModelAccessDenied
 from serving.guard import CanaryGuard, Outcome
-from serving.ingress.management import config_of, name_visible, store_of
+from serving.ingress.management import config_of, store_of, visible_name
 
 router = APIRouter(tags=["guard"])
 _GUARDS: dict[str, CanaryGuard] = {}
@@ -79,10 +78,7 @@ async def report_outcome(request: Request, body: OutcomeBody) -> dict[str, Any]:
 @router.get("/v1/adapters/{name}/guard")
 async def guard_state(request: Request, name: str) -> dict[str, Any]:
     cfg = config_of(request)
-    ModelId.adapter(name)  # a malformed name is a 400 before anything is read
-    if not name_visible(cfg, name):
-        raise AdapterNotFound(f"adapter {name!r} not found")
-    return await asyncio.to_thread(_guard(cfg).state, name)
+    return await asyncio.to_thread(_guard(cfg).state, visible_name(cfg, name))
 
 
 __all__ = ["router"]

@@ -55,6 +55,10 @@ def test_a_key_reports_its_own_sessions_and_reads_the_ledger(guarded):
     assert shown["policy"]["alpha_rollback"] == 0.05 and shown["ledger"]["canary"] == cand
     assert shown["ledger"]["evidence"]["canary_sessions"] == 1 and shown["ledger"]["evidence"]["canary_latency_s"] == 0.2
     assert hidden.status_code == 404 and "team-a-x" in hidden.json()["error"]["message"]
+    # scope first: a malformed name outside the key's scope is the same 404, inside it a 400
+    outside, inside = call(cfg, [(B, "GET", "/v1/adapters/team-a-x@00/guard", {}),
+                                 (A, "GET", "/v1/adapters/team-a-x@00/guard", {})])
+    assert outside.status_code == 404 and inside.status_code == 400
 
 
 @pytest.mark.parametrize("change,field", [
