@@ -136,18 +136,41 @@ def test_a_stream_asking_for_usage_closed_after_its_first_chunk_is_charged_its_p
     assert charged["prompt_tokens"] == prompt and 0 <= charged["completion_tokens"] <= 400, charged
 
 
+def left_before_the_answer(stack, body: dict, wait_s: float) -> bool:
+    """Send a JSON request and stop waiting after ``wait_s``: True when the client left before any of
+    the answer came, False when the whole answer was read (the client's own timer fired late)."""
+    with httpx.Client(base_url=stack.root, headers={"Authorization": f"Bearer {SLOTS_KEY}"},
+                      timeout=httpx.Timeout(60, read=wait_s)) as h:
+        try:
+            resp = h.post("/v1/chat/completions", json=body)
+        except httpx.ReadTimeout:
+            return True
+    assert resp.status_code == 200, resp.text
+    return False
+
+
 def test_a_json_request_left_before_its_answer_is_charged_its_prompt(stack, two_slots):
     """The client stops waiting for a long JSON answer: the request is charged its prompt, counted by
     the engine's tokenizer when Serve cancels it (no completion tokens are reported then), or read
     from the answer when the engine finishes it regardless (prompt and completion). The embedded
     stack is colocated: the cancellation reaches vLLM in the ingress's own task, which answers it
-    with an error, and its ``tokenize`` is the one vLLM 0.32 names anew (docs/serving.md, token limits)."""
+    with an error, and its ``tokenize`` is the one vLLM 0.32 names anew (docs/serving.md, token limits).
+
+    The answer takes ~14 s on CPU and the client leaves after 1 s by its read timeout, which its own
+    process keeps: on a loaded machine that process can be off the cores until the answer is in, and
+    then it reads the answer instead of leaving. That try did not play the case, so the case is played
+    again (at most three tries); the charge of every try is checked."""
     prompt = answered_prompt_tokens(stack)
-    before = usage_totals(stack)
     body = {"model": stack.base, "messages": TEXT, "max_tokens": 2000, "ignore_eos": True}
-    with httpx.Client(base_url=stack.root, headers={"Authorization": f"Bearer {SLOTS_KEY}"},
-                      timeout=httpx.Timeout(60, read=1.0)) as h, pytest.raises(httpx.ReadTimeout):
-        h.post("/v1/chat/completions", json=body)
-    charged = charged_since(stack, before, within_s=180)  # an engine that finishes it: 2000 tokens on CPU
-    print("charged for the JSON request left before its answer:", charged, "prompt:", prompt)
-    assert charged["prompt_tokens"] == prompt and 0 <= charged["completion_tokens"] <= 2000, charged
+    for _ in range(3):
+        before = usage_totals(stack)
+        left = left_before_the_answer(stack, body, wait_s=1.0)
+        charged = charged_since(stack, before, within_s=180)  # an engine that finishes it: 2000 tokens on CPU
+        print("charged for the JSON request", "left before" if left else "read to", "its answer:", charged,
+              "prompt:", prompt)
+        if not left:  # answered in full: the whole answer is charged
+            assert charged == {"prompt_tokens": prompt, "completion_tokens": 2000}, charged
+            continue
+        assert charged["prompt_tokens"] == prompt and 0 <= charged["completion_tokens"] <= 2000, charged
+        return
+    pytest.fail("the client read the whole answer in each of three tries instead of leaving after 1 s")
