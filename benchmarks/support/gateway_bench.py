@@ -268,23 +268,26 @@ def vllm_launch(cfg, ray_env: dict[str, str] | None = None) -> dict:
 
     cfg, split = plan_core_split(cfg)
     llm = llm_config_dicts(cfg)[0]
-    kwargs = {**llm["engine_kwargs"], "distributed_executor_backend": "mp"}
+    # Ray Serve LLM runs a CPU engine on vLLM's mp executor and a GPU one on its ray executor, which
+    # only a Ray cluster offers: a GPU api_server keeps vLLM's own default.
+    kwargs = {**llm["engine_kwargs"], **({"distributed_executor_backend": "mp"} if cfg.device == "cpu" else {})}
     args: list[str] = []
     for key, value in kwargs.items():
         flag = "--" + key.replace("_", "-")
         if isinstance(value, bool):
             args += [flag] if value else [f"--no-{key.replace('_', '-')}"]
-        else:
-            args += [flag, str(value)]
+        else:  # vLLM's command line reads a mapping or a list as JSON
+            args += [flag, json.dumps(value) if isinstance(value, dict | list) else str(value)]
     env = {k: v for k, v in llm["runtime_env"]["env_vars"].items() if not k.startswith("AWS_")}
     niceness = int((ray_env or {}).get("RAY_worker_niceness", RAY_WORKER_NICENESS))
     return {"args": args, "env": env, "split": split, "niceness": niceness}
 
 
-def start_vllm(base_dir: Path, cfg=None, ray_env: dict[str, str] | None = None
-               ) -> tuple[subprocess.Popen, str, object]:
+def start_vllm(base_dir: Path, cfg=None, ray_env: dict[str, str] | None = None, served_name: str = "maze-tiny",
+               extra_args: list[str] | None = None) -> tuple[subprocess.Popen, str, object]:
     """``vllm.entrypoints.openai.api_server`` on ``base_dir`` with the engine settings of ``cfg`` (default:
-    the shipped embedded config's) given as :func:`vllm_launch` gives them, once healthy:
+    the shipped embedded config's) given as :func:`vllm_launch` gives them, serving it as
+    ``served_name`` with ``extra_args`` after the engine's (e.g. ``--lora-modules``), once healthy:
     (process, base_url, log file)."""
     from serving.engine import pin_session
 
@@ -293,8 +296,8 @@ def start_vllm(base_dir: Path, cfg=None, ray_env: dict[str, str] | None = None
     launch = vllm_launch(cfg, ray_env)
     port = free_port()
     cmd = ["nice", "-n", str(launch["niceness"]), sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-           "--model", str(base_dir), "--served-model-name", "maze-tiny", "--host", "127.0.0.1", "--port", str(port),
-           *launch["args"]]
+           "--model", str(base_dir), "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
+           *launch["args"], *(extra_args or [])]
     logf = open(Path(tempfile.gettempdir()) / "maze-bench-vllm.log", "wb")  # noqa: SIM115 - closed in stop_vllm
     t0 = time.monotonic()
     env = {**os.environ, **launch["env"], "PYTHONPATH": str(ROOT)}  # the worker extension is the project's
