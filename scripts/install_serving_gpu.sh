@@ -78,6 +78,17 @@ if [[ ! -x "$venv/bin/python" ]]; then
   log "making $venv (the image's packages visible in it)"
   "$PYTHON" -m venv --system-site-packages --without-pip "$venv"
 fi
+# An image whose python3 is itself a virtual environment keeps its packages in that environment, which
+# --system-site-packages does not reach (it reaches the interpreter's base): a .pth file adds them to
+# VENV, after VENV's own, so the lock's wheels still come first.
+"$PYTHON" - "$venv" <<'EOF'
+import site, sys
+from pathlib import Path
+
+if sys.prefix != sys.base_prefix:
+    target = Path(sys.argv[1]) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    (target / "maze_image_site.pth").write_text("".join(f"{p}\n" for p in site.getsitepackages()))
+EOF
 PY="$venv/bin/python"
 log "installing $(grep -c '^[^#].*==' "$LOCK") pinned wheels from $dir (no index, no dependency resolution)"
 "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --find-links "$dir" -r "$LOCK"
