@@ -216,7 +216,7 @@ def gateway_config(model_dir: Path, args, port: int, s3_port: int, base: str = B
 
 
 def up(args, state: dict) -> dict:
-    """Start the gateway, publish the adapters, start the api_server with the same engine settings."""
+    """Start the api_server, then the gateway with the same engine settings, and publish the adapters."""
     from benchmarks.support.gateway_bench import start_vllm
     from benchmarks.support.gpu_assets import qwen3vl_8b_folder, random_adapter
     from serving.adapters import AdapterStore
@@ -229,23 +229,25 @@ def up(args, state: dict) -> dict:
     adapters["r64"] = random_adapter(work / "adapters" / "r64", model_dir, 64, 100)
     os.environ["MAZE_HOME"] = str(work / "home")
     cfg = gateway_config(model_dir, args, free_port(), free_port())
+    state.update(model_dir=str(model_dir), config=cfg.model_dump(mode="json"))
     t0 = time.monotonic()
-    gateway_url = embedded.up(cfg)
+    lora_modules = [f"{name}={folder}" for name, folder in adapters.items()]
+    proc, vllm_url, logf = start_vllm(model_dir, cfg, served_name=BASE, extra_args=["--lora-modules", *lora_modules])
+    logf.close()
+    state.update(vllm_url=vllm_url, vllm_pid=proc.pid, vllm_log=logf.name)
+    (work / "state.json").write_text(json.dumps(state))  # `down` stops it even if the gateway fails to start
+    vllm_ready_s = time.monotonic() - t0
+    print(f"  vLLM api_server ready in {vllm_ready_s:.0f} s", flush=True)
+    t0 = time.monotonic()
+    state["gateway_url"] = embedded.up(cfg, progress=lambda m: print("  gateway:", m, flush=True))
     gateway_ready_s = time.monotonic() - t0
     store = AdapterStore(cfg.adapters)
     for name, folder in adapters.items():
         store.push(folder, name, base=BASE, base_source=str(model_dir), max_rank=64)
-    t0 = time.monotonic()
-    lora_modules = [f"{BASE}:{name}={folder}" for name, folder in adapters.items()]
-    proc, vllm_url, logf = start_vllm(model_dir, cfg, served_name=BASE,
-                                      extra_args=["--lora-modules", *lora_modules])
-    logf.close()
-    state.update(gateway_url=gateway_url, vllm_url=vllm_url, vllm_pid=proc.pid, model_dir=str(model_dir),
-                 config=cfg.model_dump(mode="json"), vllm_log=logf.name)
-    return {"gateway_ready_s": round(gateway_ready_s, 1), "vllm_ready_s": round(time.monotonic() - t0, 1),
+    return {"gateway_ready_s": round(gateway_ready_s, 1), "vllm_ready_s": round(vllm_ready_s, 1),
             "gateway_config": {k: state["config"][k] for k in ("layout", "ingress", "stream_batching_ms", "lora")},
             "engine_kwargs": state["config"]["base_models"][0]["engine_kwargs"],
-            "vllm_args": lora_modules and _vllm_args(cfg), "gpu_memory_after_up_mib": gpu_memory_mib()}
+            "vllm_args": _vllm_args(cfg), "gpu_memory_after_up_mib": gpu_memory_mib()}
 
 
 def _vllm_args(cfg) -> list[str]:

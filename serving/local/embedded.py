@@ -342,12 +342,26 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
         _deploy(cfg, address, ray_pid, progress)
         wait_ready(base_url, ray_pid, ready_timeout, progress)
     except BaseException:
+        keep_ray_logs(temp_dir, progress)
         down()
         raise
     if split:  # once the engine has started: its start-up (imports, loading) had every core
         progress(split.describe(moved=pin_session(session_pids(ray_pid), split)))
     progress(f"ready in {time.monotonic() - t0:.0f}s at {base_url}")
     return base_url
+
+
+def keep_ray_logs(temp_dir: str, progress: Callable[[str], None]) -> None:
+    """Copy Ray's session logs (the replicas' and engines' own, which say why a start failed) into the
+    stack's log folder before ``down`` removes Ray's temp dir."""
+    src = Path(temp_dir) / "session_latest" / "logs"
+    dst = state_dir() / "logs" / "ray-session"
+    shutil.rmtree(dst, ignore_errors=True)
+    try:
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.sock", "events"))
+    except (OSError, shutil.Error):
+        return
+    progress(f"the start failed: Ray's logs are kept in {dst}")
 
 
 def down(port_timeout: float = 150.0, progress: Callable[[str], None] | None = None, wait_ports: bool = True) -> bool:

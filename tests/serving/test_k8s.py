@@ -61,8 +61,11 @@ def test_flat_api_keys_render_as_an_env_secret():
     data["auth"] = {"api_keys_env": "MAZE_API_KEYS"}
     m = render_rayservice(ServingConfig.model_validate(data))
     container = m["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
-    assert container["env"] == [{"name": "MAZE_API_KEYS",
-                                 "valueFrom": {"secretKeyRef": {"name": "maze-gateway-api-keys", "key": "keys"}}}]
+    keys = [e for e in container["env"] if e["name"] == "MAZE_API_KEYS"]
+    assert keys == [{"name": "MAZE_API_KEYS",
+                     "valueFrom": {"secretKeyRef": {"name": "maze-gateway-api-keys", "key": "keys"}}}]
+    # The config's engine env rides beside it as plain values, never as the secret.
+    assert {e["name"]: e.get("value") for e in container["env"] if e["name"] != "MAZE_API_KEYS"} == data["env"]
     assert "volumeMounts" not in container
 
 
