@@ -407,12 +407,32 @@ def machine() -> dict:
             "cpus": os.cpu_count()}
 
 
+def markdown_table(results: dict) -> str:
+    """The docs' table: per concurrency, each side's median block and the gateway / vLLM ratios."""
+    lines = ["| concurrency | vLLM req/s | gateway req/s | throughput ratio (95% CI) | vLLM TTFT p50 | "
+             "gateway TTFT p50 | TTFT p50 added (95% CI) | TTFT p99 ratio |",
+             "|---|---|---|---|---|---|---|---|"]
+    for key, point in results["compare"].items():
+        if not key.startswith("c") or not key[1:].isdigit():
+            continue
+        med = {side: {f: statistics.median(b[f] for b in blocks) for f in ("rps", "ttft_p50_ms")}
+               for side, blocks in point["blocks"].items()}
+        r = point["gateway_vs_vllm"]
+        tput, added = r["throughput_ratio"], r["ttft_p50_added_ms"]
+        lines.append(
+            f"| {key[1:]} | {med['vllm']['rps']:.1f} | {med['gateway']['rps']:.1f} | "
+            f"{tput['median']:.2f} ({tput['ci95'][0]:.2f}-{tput['ci95'][1]:.2f}) | {med['vllm']['ttft_p50_ms']:.1f} ms | "
+            f"{med['gateway']['ttft_p50_ms']:.1f} ms | +{added['median']:.1f} ms ({added['ci95'][0]:.1f} to "
+            f"{added['ci95'][1]:.1f}) | {r['ttft_p99_ratio']['median']:.2f} |")
+    return "\n".join(lines)
+
+
 PARTS = {"up": up, "compare": compare, "adapters": adapters, "cold": cold, "embedded": embedded_model, "down": down}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("parts", nargs="+", choices=list(PARTS), help="what to run, in order")
+    ap.add_argument("parts", nargs="*", metavar="PART", help=f"what to run, in order: {', '.join(PARTS)}")
     ap.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "maze-gpu-bench"),
                     help="folder for the model, the adapters and the servers' state")
     ap.add_argument("--out", type=Path, default=OUT, help="results file (each part's figures merge into it)")
@@ -424,7 +444,14 @@ def main() -> int:
     ap.add_argument("--memory", type=float, default=0.4, help="gpu_memory_utilization of each engine")
     ap.add_argument("--stream-batching-ms", type=float, default=0.0,
                     help="the gateway's stream_batching_ms (Ray's default is 50)")
+    ap.add_argument("--table", action="store_true", help="print the markdown table of --out and exit")
     args = ap.parse_args()
+    if args.table:
+        print(markdown_table(json.loads(args.out.read_text())))
+        return 0
+    unknown = [p for p in args.parts if p not in PARTS]
+    if unknown or not args.parts:
+        ap.error(f"name the parts to run, among {', '.join(PARTS)}" + (f" (not {', '.join(unknown)})" if unknown else ""))
     Path(args.work).mkdir(parents=True, exist_ok=True)
     state_file = Path(args.work) / "state.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
@@ -440,6 +467,7 @@ def main() -> int:
                              "settings": {"rounds": args.rounds, "block_s": args.block_s, "memory": args.memory,
                                           "stream_batching_ms": args.stream_batching_ms},
                              **provenance(sys.argv)}
+            results.update(provenance(sys.argv))  # the file's own: its latest command's
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -48,3 +48,11 @@ def test_engine_settings_are_the_fields_that_change_how_the_engine_runs():
     assert settings["env"] == {"LD_PRELOAD": "libjemalloc.so.2"}
     assert engine_settings(cfg)["env"] == cfg.env
     assert provenance(["benchmarks/x.py"], settings)["engine_env"] == settings
+
+
+def test_a_copy_whose_git_is_not_its_commit_names_the_commit_it_holds(monkeypatch):
+    """The GPU machine gets the working tree with an older .git: the run names the commit it holds."""
+    from benchmarks.support.provenance import COMMIT_ENV
+
+    monkeypatch.setenv(COMMIT_ENV, "7730d36")
+    assert provenance(["benchmarks/gpu_serving.py"])["commit"] == "7730d36"

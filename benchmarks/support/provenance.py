@@ -41,7 +41,15 @@ def engine_settings(cfg, env: Mapping[str, str] | None = None) -> dict:
             "engine_kwargs": dict(base.engine_kwargs), "env": dict(cfg.env if env is None else env)}
 
 
+# A copy of the tree whose .git is not the commit it holds (the GPU machine gets the working tree with
+# an older .git) names the commit it runs here.
+COMMIT_ENV = "MAZE_RESULTS_COMMIT"
+
+
 def _commit() -> str:
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV]
+
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 

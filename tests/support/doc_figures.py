@@ -64,7 +64,8 @@ DOCS = ROOT / "docs"
 RESULTS = ROOT / "benchmarks" / "results"
 REGISTRY = DOCS / "figures.toml"
 
-FENCE = re.compile(r"^```(?P<info>[^\n]*)\n(?P<body>.*?)^```", re.S | re.M)
+# A fence may be indented up to 3 spaces (CommonMark), as one inside a list item is.
+FENCE = re.compile(r"^ {0,3}```(?P<info>[^\n]*)\n(?P<body>.*?)^ {0,3}```", re.S | re.M)
 # Regions of the prose whose numbers are never figures, blanked in this order (a fence first: its
 # backticks are not code spans). CommonMark code spans may cross a line; ``double`` ones may hold
 # single backticks.

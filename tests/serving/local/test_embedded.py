@@ -103,3 +103,23 @@ def test_the_stack_seeds_the_shipped_adapters_of_its_own_base():
     embedded = ServingConfig.shipped("embedded").base_models[0]
     assert set(shipped_adapters(base=embedded)) == {"maze-grpo"} == set(shipped_adapters())
     assert shipped_adapters(base=ServingConfig.shipped("production").base_models[0]) == {}
+
+
+def test_a_failed_start_keeps_rays_logs_where_the_stack_logs(tmp_path, monkeypatch):
+    """`down` removes Ray's temp dir, and with it the replicas' logs that say why a start failed: they
+    are copied into the stack's log folder first (sockets left out)."""
+    from serving.local import embedded
+
+    monkeypatch.setenv("MAZE_HOME", str(tmp_path / "home"))
+    logs = tmp_path / "ray" / "session_latest" / "logs"
+    (logs / "serve").mkdir(parents=True)
+    (logs / "serve" / "replica_q3vl8b.log").write_text("ModuleNotFoundError: No module named 'flashinfer'\n")
+    (logs / "raylet.sock").write_text("")
+    said = []
+    embedded.keep_ray_logs(str(tmp_path / "ray"), said.append)
+    kept = embedded.state_dir() / "logs" / "ray-session"
+    assert "flashinfer" in (kept / "serve" / "replica_q3vl8b.log").read_text()
+    assert not (kept / "raylet.sock").exists() and str(kept) in said[0]
+    said.clear()
+    embedded.keep_ray_logs(str(tmp_path / "nowhere"), said.append)  # nothing to keep: nothing said
+    assert said == []
