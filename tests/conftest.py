@@ -33,6 +33,7 @@ ENGINE_SEAM_WHAT = ("a seam with Ray Serve LLM or vLLM; `make test` runs it agai
 # The stack's disruptive tests, in this order after all others: a replica killed (Serve restarts it,
 # losing its metrics, which the dashboard test reads), then the whole stack stopped and started.
 DISRUPTS_STACK = ("test_eval_rides_through_a_replica_restart", "test_down_returns_when_everything_is_gone_and_up_follows")
+RAY_METRICS_INTERVAL_ENV, RAY_METRICS_INTERVAL_MS = "RAY_metrics_report_interval_ms", "2000"
 
 
 def pytest_configure(config):
@@ -43,6 +44,12 @@ def pytest_configure(config):
     # it (vLLM's CPU worker binds its own threads whatever it says).
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # Ray's processes hand their metrics to the node's agent every 10 s by default, so a test that
+    # reads a counter back (the dashboard's panels, Serve's per-replica and the gateway's per-key
+    # counts on the cluster, the adapter metrics) waits up to that long after its traffic, each time.
+    # The tests' Ray (the stack's, the cluster's nodes, the local heads) inherit a 2 s interval: the
+    # same counters, exported sooner. The product's Ray keeps the default.
+    os.environ.setdefault(RAY_METRICS_INTERVAL_ENV, RAY_METRICS_INTERVAL_MS)
     for name, what in (("needs_stack", "the embedded gateway stack"), ("needs_cluster", "a multi-node Ray cluster"),
                        ("needs_ray", "a local Ray head")):
         config.addinivalue_line("markers", f"{name}: starts {what} (left out by make test-fast)")
