@@ -35,26 +35,18 @@ demo: setup
 # tests that start vLLM engines (the stack, the serving cluster), one after another (side by side
 # they need ~20 GB and both cores), the other every other module meanwhile (tests/conftest.py).
 # Then, once that stack is down, the GPU lock's check (test-gpu-lock); either failing fails the target.
-# The GPU lock's venv (a minute, most of it compiling bytecode) is built meanwhile at the lowest CPU
-# priority, its output kept in $(GPU_LOCK_LOG) and shown after the main run: the main run's critical
-# path is the engines' worker, which waits on its engines and leaves the other core idle at the end.
-test: setup
-	@scripts/setup.sh $(VENV) --tests --no-gpu-lock
+test: setup-test
 	@status=0; \
-	nice -n 19 scripts/install_gpu_lock_cpu.sh $(VENV) >$(GPU_LOCK_LOG) 2>&1 & lock=$$!; \
 	$(PY) -m pytest -q -ra --durations=25 -n 2 --dist loadgroup || status=$$?; \
-	if wait $$lock; then cat $(GPU_LOCK_LOG); $(GPU_LOCK_TESTS) || status=$$?; \
-	else cat $(GPU_LOCK_LOG); echo "the GPU lock's venv failed to build: $(GPU_LOCK_LOG)" >&2; status=1; fi; \
+	$(GPU_LOCK_TESTS) || status=$$?; \
 	exit $$status
 
 # The tests marked engine_seam (adapter load and its refusals, coverage, parity, placement,
 # Server-Timing) once more on the GPU lock's Ray Serve LLM and vLLM release, built for CPU, with the
 # embedded stack in the production layout (standard, Serve's proxy): a change that breaks the GPU
-# stack fails on every machine, not only on a GPU. Two xdist workers, as in the main run: the stack's
-# tests on one, the engine tests that start an engine of their own on the other meanwhile.
+# stack fails on every machine, not only on a GPU.
 GPU_LOCK_TESTS = MAZE_TEST_LAYOUT=standard $(VENV)-gpulock/bin/python -m pytest -q -ra --durations=10 -m engine_seam \
-	-n 2 --dist loadgroup tests/serving/test_compat.py tests/serving/engine tests/serving/stack
-GPU_LOCK_LOG = $(VENV)-gpulock.log
+	tests/serving/test_compat.py tests/serving/engine tests/serving/stack
 test-gpu-lock: setup-test
 	$(GPU_LOCK_TESTS)
 

@@ -7,9 +7,6 @@
 #                                        test reads (.cache/wheels/) and one venv per framework extra
 #                                        (openenv, verifiers, inspect: VENV_DIR-EXTRA) and the GPU lock's
 #                                        Ray and vLLM on CPU for the engine_seam tests (VENV_DIR-gpulock)
-#   scripts/setup.sh VENV_DIR --tests --no-gpu-lock
-#                                        the same but the GPU lock's venv: `make test` builds that one
-#                                        while its main run goes (scripts/install_gpu_lock_cpu.sh)
 # `make eval` runs the first form only, so a newcomer's first evaluation waits for nothing it does not use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +16,7 @@ if [ "${2:-}" = "--tests" ]; then
   scripts/install_system_deps.sh
   scripts/fetch_skyrl_wheel.sh "$venv"
   scripts/install_frameworks.sh "$venv"
-  [ "${3:-}" = "--no-gpu-lock" ] || scripts/install_gpu_lock_cpu.sh "$venv"
+  scripts/install_gpu_lock_cpu.sh "$venv"
   exit 0
 fi
 py="$(command -v python3.11 || command -v python3)"
