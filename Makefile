@@ -44,9 +44,10 @@ test: setup-test
 # The tests marked engine_seam (adapter load and its refusals, coverage, parity, placement,
 # Server-Timing) once more on the GPU lock's Ray Serve LLM and vLLM release, built for CPU, with the
 # embedded stack in the production layout (standard, Serve's proxy): a change that breaks the GPU
-# stack fails on every machine, not only on a GPU.
+# stack fails on every machine, not only on a GPU. Two xdist workers, as in the main run: the stack's
+# tests on one, the engine tests that start an engine of their own on the other meanwhile.
 GPU_LOCK_TESTS = MAZE_TEST_LAYOUT=standard $(VENV)-gpulock/bin/python -m pytest -q -ra --durations=10 -m engine_seam \
-	tests/serving/test_compat.py tests/serving/engine tests/serving/stack
+	-n 2 --dist loadgroup tests/serving/test_compat.py tests/serving/engine tests/serving/stack
 test-gpu-lock: setup-test
 	$(GPU_LOCK_TESTS)
 
