@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import shutil
@@ -68,13 +69,9 @@ MAX_TOKENS = 8
 
 def frame_pool(n: int = 256) -> list[str]:
     """``n`` distinct maze frames (data URLs): maze_2d/simple mazes of seeds 0..n-1 at their start."""
-    from agent.maze import generate_from_seed, png_data_url, render_frame
+    from benchmarks.support.gateway_bench import maze_png_url
 
-    frames = []
-    for seed in range(n):
-        m = generate_from_seed(7, 7, seed)
-        frames.append(png_data_url(render_frame(m.grid, m.start, m.goal)))
-    return frames
+    return [maze_png_url(seed) for seed in range(n)]
 
 
 class Workload:
@@ -126,7 +123,7 @@ async def block(url: str, models: list[str], concurrency: int, seconds: float, w
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=300)) as session:
         stop = time.perf_counter() + seconds
-        turn = iter(range(10**9))
+        turn = itertools.count()
 
         async def worker() -> None:
             while time.perf_counter() < stop:

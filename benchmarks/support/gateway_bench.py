@@ -47,11 +47,11 @@ MAX_TOKENS = 8
 CONCURRENCY = (1, 8, 32)
 
 
-def maze_png_url() -> str:
-    """Frame of maze_2d/simple seed 0 as the runner sends it (a data: URL)."""
+def maze_png_url(seed: int = 0) -> str:
+    """Frame of maze_2d/simple seed ``seed`` at its start, as the runner sends it (a data: URL)."""
     from agent.maze import generate_from_seed, png_data_url, render_frame
 
-    m = generate_from_seed(7, 7, 0)
+    m = generate_from_seed(7, 7, seed)
     return png_data_url(render_frame(m.grid, m.start, m.goal))
 
 
