@@ -17,7 +17,9 @@ from benchmarks.support.gateway_bench import vllm_launch
 from benchmarks.support.gpu_assets import LAYERS, TINY, VOCAB, lm_linear_shapes, qwen3vl_8b_folder, random_adapter
 from serving.adapters.files import validate_adapter
 
-SLOWER_MS = 20.0
+FIRST_MS = 10.0  # every answer's wait before its first token
+SLOWER_MS = 50.0  # the slow side's extra wait
+STALL_MS = 25.0  # a block read this much over its delay was measured off the cores
 
 
 def test_the_8b_folder_keeps_maze_tinys_text_and_decodes_every_id(tmp_path):
@@ -62,14 +64,14 @@ def test_the_api_server_gets_the_gpu_engine_arguments_as_vllm_reads_them(tmp_pat
 
 @pytest.fixture(scope="module")
 def streaming_server():
-    """An OpenAI-style streaming endpoint: a role chunk, then 8 tokens; the model ``slow`` waits
-    SLOWER_MS longer before its first token."""
+    """An OpenAI-style streaming endpoint: a role chunk, then 8 tokens after FIRST_MS; the model
+    ``slow`` waits SLOWER_MS longer before its first token."""
     async def chat(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         resp = web.StreamResponse()
         await resp.prepare(request)
         await resp.write(b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n')
-        await asyncio.sleep((10.0 + (SLOWER_MS if body["model"] == "slow" else 0.0)) / 1000)
+        await asyncio.sleep((FIRST_MS + (SLOWER_MS if body["model"] == "slow" else 0.0)) / 1000)
         for _ in range(8):
             await resp.write(b'data: {"choices":[{"delta":{"content":"q7z"}}]}\n\n')
         await resp.write(b"data: [DONE]\n\n")
@@ -91,17 +93,31 @@ def streaming_server():
 
 
 def test_alternating_blocks_measure_the_known_gap_between_two_sides(streaming_server):
+    """Each block's TTFT p50 is its side's known first-token delay, and the pairs carry the gap.
+
+    A block can never be faster than its server's delay (a reading below it is a wrong clock);
+    one much slower was measured while this process was off the cores (CI runs engines beside
+    it), so that try says nothing about the instrument and is played again, at most three times."""
     work = gpu_serving.Workload()
-    out = gpu_serving.alternate({"vllm": (streaming_server, ["fast"]), "gateway": (streaming_server, ["slow"])},
-                                concurrency=2, rounds=3, seconds=0.6, work=work)
+    tries = []
+    for _ in range(3):
+        out = gpu_serving.alternate({"vllm": (streaming_server, ["fast"]), "gateway": (streaming_server, ["slow"])},
+                                    concurrency=2, rounds=3, seconds=0.6, work=work)
+        blocks = out["blocks"]
+        assert len(blocks["vllm"]) == len(blocks["gateway"]) == 3
+        assert all(b["errors"] == 0 and b["requests"] > 0 for bs in blocks.values() for b in bs)
+        p50 = {side: [b["ttft_p50_ms"] for b in bs] for side, bs in blocks.items()}
+        # the first token, not the role chunk, is timed: no block reads under its side's delay
+        assert min(p50["vllm"]) >= FIRST_MS and min(p50["gateway"]) >= FIRST_MS + SLOWER_MS, p50
+        tries.append(p50)
+        if max(p50["vllm"]) < FIRST_MS + STALL_MS and max(p50["gateway"]) < FIRST_MS + SLOWER_MS + STALL_MS:
+            break
+    else:
+        pytest.fail(f"every try was measured while this process was stalled: {tries}")
     ratio = out["gateway_vs_vllm"]
     assert ratio["ttft_p50_added_ms"]["n"] == 3
-    # the first token, not the role chunk, is timed: the added time is the server's extra wait
-    assert SLOWER_MS * 0.7 < ratio["ttft_p50_added_ms"]["median"] < SLOWER_MS * 2
-    assert ratio["throughput_ratio"]["median"] < 0.9 and ratio["ttft_p50_ratio"]["median"] > 1.4
-    blocks = out["blocks"]
-    assert len(blocks["vllm"]) == len(blocks["gateway"]) == 3
-    assert all(b["errors"] == 0 and b["requests"] > 0 for bs in blocks.values() for b in bs)
+    assert SLOWER_MS - STALL_MS < ratio["ttft_p50_added_ms"]["median"] < SLOWER_MS + STALL_MS
+    assert ratio["throughput_ratio"]["median"] < 0.6 and ratio["ttft_p50_ratio"]["median"] > 2
 
 
 def test_a_block_counts_what_fails_and_goes_on(streaming_server):
