@@ -8,7 +8,9 @@ toolkit-for-ray-on-sagemaker-ai, to resolve it). Ray is imported lazily.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -27,6 +29,22 @@ AGENT_NOT_READY = "No available agent to submit job"
 AGENT_WAIT_S = 60.0
 # Kept out of the uploaded working_dir: environments, caches and local outputs.
 WORKING_DIR_EXCLUDES = [".venv/", ".git/", "**/__pycache__/", "runs/", ".pytest_cache/", "*.egg-info/", ".whl/", ".gl/"]
+# What the dashboard answers a working_dir package over its upload limit (an HTTP 413).
+UPLOAD_TOO_LARGE = "Maximum request body size"
+
+
+def git_ignored(working_dir: str | Path) -> list[str]:
+    """What git leaves out of ``working_dir`` (its ignore files, ``.git/info/exclude``, the user's
+    global excludes), as anchored gitwildmatch patterns for Ray's ``excludes``.
+
+    Ray reads only ``.gitignore`` and ``.rayignore`` files: a checkpoint or wheel folder ignored in
+    ``.git/info/exclude`` would be zipped and uploaded with every job. Empty outside a git work tree."""
+    try:
+        out = subprocess.run(["git", "-C", str(working_dir), "ls-files", "--others", "--ignored", "--exclude-standard",
+                              "--directory", "-z"], capture_output=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return ["/" + re.sub(r"([\\*?\[\]])", r"\\\1", p) for p in out.decode(errors="surrogateescape").split("\0") if p]
 
 
 @dataclass(frozen=True)
@@ -68,7 +86,8 @@ class JobClient:
 
         ``resources``: custom Ray resources the entrypoint needs (e.g. ``{"maze_worker_1": 1}``), which
         places the job's driver, and so the local trainer, on a node that offers them."""
-        runtime_env: dict[str, Any] = {"working_dir": str(working_dir), "excludes": WORKING_DIR_EXCLUDES}
+        excludes = [*WORKING_DIR_EXCLUDES, *git_ignored(working_dir)]
+        runtime_env: dict[str, Any] = {"working_dir": str(working_dir), "excludes": excludes}
         if env_vars:
             runtime_env["env_vars"] = env_vars
         deadline = time.monotonic() + AGENT_WAIT_S
@@ -82,7 +101,9 @@ class JobClient:
                     log.info("the cluster's job agent is not up yet; retrying the submission")
                     time.sleep(2.0)
                     continue
-                raise JobError(f"submission refused: {exc}") from exc
+                hint = (f" (the working_dir {working_dir} is packaged whole but for what git ignores: keep large "
+                        "files out of it with .gitignore or .rayignore)") if UPLOAD_TOO_LARGE in str(exc) else ""
+                raise JobError(f"submission refused: {exc}{hint}") from exc
 
     def info(self, submission_id: str) -> JobInfo:
         try:

@@ -115,3 +115,32 @@ def test_submit_console_is_quiet(ray_address, tmp_path):
     (job,) = done.stdout.split()
     assert job.startswith("maze-local-")
     run("stop", "--address", ray_address, job)
+
+
+def test_what_git_ignores_stays_out_of_the_upload_and_an_oversized_one_says_what_to_do(ray_address, tmp_path):
+    """A 101 MiB folder that only ``.git/info/exclude`` ignores (Ray reads .gitignore files alone) is
+    left out of the job's package; the same folder not ignored is over the dashboard's upload limit,
+    and the refusal says how to keep it out."""
+    import os
+    import subprocess
+
+    from training.errors import JobError
+    from training.jobs import JobClient, new_submission_id
+
+    repo = tmp_path / "repo"
+    (repo / "weights").mkdir(parents=True)
+    (repo / "weights" / "blob.bin").write_bytes(os.urandom(101 * 2**20))  # random: zip cannot shrink it
+    (repo / "train.py").write_text("print('ok')\n")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".git" / "info" / "exclude").write_text("/weights/\n")
+    client = JobClient(ray_address)
+    job = client.submit("python train.py", submission_id=new_submission_id("local"), working_dir=repo)
+    deadline = time.monotonic() + 120
+    while (status := client.info(job).status) not in ("SUCCEEDED", "FAILED", "STOPPED") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert status == "SUCCEEDED" and "ok" in client.logs(job), client.logs(job)[-2000:]
+
+    (repo / ".git" / "info" / "exclude").write_text("")
+    with pytest.raises(JobError, match="Maximum request body size") as refused:
+        client.submit("python train.py", submission_id=new_submission_id("local"), working_dir=repo)
+    assert "keep large files out of it with .gitignore or .rayignore" in str(refused.value)
