@@ -414,14 +414,15 @@ async def test_a_key_file_edit_that_is_not_utf8_is_never_a_500(s3_server, monkey
     file; never a 500, and the mended file answers again."""
     path = tmp_path / "keys.yaml"
     path.write_text(yaml.safe_dump(KEYS))
-    gateway = gateway_app(s3_server, monkeypatch, keys_env=None, keys_file=str(path), reload_s=0, keys_grace_s=1)
+    # a grace of 3 s: the two requests inside it are kept there by a stall of this process up to 3 s
+    gateway = gateway_app(s3_server, monkeypatch, keys_env=None, keys_file=str(path), reload_s=0, keys_grace_s=3)
     without_b = {"keys": [k for k in KEYS["keys"] if k["name"] != "team-b"]}
     async with gateway(A) as a, gateway(B) as b:
         assert (await b.post("/v1/chat/completions", json={})).status_code == 200
         path.write_bytes(yaml.safe_dump(without_b).encode() + b"# rotated by ops \xff\n")
         assert (await b.post("/v1/chat/completions", json={})).status_code == 200  # the grace: last keys kept
         assert (await a.post("/v1/chat/completions", json={})).status_code == 200
-        await asyncio.sleep(1.1)
+        await asyncio.sleep(3.1)
         for client in (b, a, b):
             err = openai_error(await client.post("/v1/chat/completions", json={}), 503)
             assert err == {"message": "the gateway cannot read its API keys; requests are refused until its "
