@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from serving.ingress import parse_header
 from serving.local import embedded
 from serving.local.processes import port_free
 from tests.support.net_trap import ConnectionTrap
@@ -53,18 +54,24 @@ def test_episode_ignores_a_hostile_host_header(stack):
 
 @pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/embeddings"])
 def test_pixel_bomb_refused_before_the_engine(stack, route):
-    """A ~17 KB PNG declaring 12000 x 12000 pixels: 413 in milliseconds (vLLM would decode 432 MB)."""
+    """A ~17 KB PNG declaring 12000 x 12000 pixels: 413 from the ingress's checks, the replica never
+    reached, in milliseconds of the gateway's own time (vLLM would decode 432 MB). The time is the
+    response's Server-Timing ``total`` (the ingress's first middleware to the response start), not
+    the client's clock: a test process kept off the cores would count its own wait."""
     body = {"model": stack.base, "messages": image_messages(url=bomb_png_url(12000, 12000))}
     if route.endswith("completions"):
         body["max_tokens"] = 1
     t0 = time.perf_counter()
     r = stack.http.post(route, json=body)
     elapsed_ms = (time.perf_counter() - t0) * 1000
-    print(f"\n{route}: bomb answered {r.status_code} in {elapsed_ms:.0f} ms")
+    parts = parse_header(r.headers["server-timing"])
+    print(f"\n{route}: bomb answered {r.status_code} in {elapsed_ms:.0f} ms (gateway total "
+          f"{parts['total']['dur']:.0f} ms: {sorted(parts)})")
     assert r.status_code == 413, r.text
     err = r.json()["error"]
     assert err["code"] == "image_too_large" and "12000x12000" in err["message"]
-    assert elapsed_ms < 2000
+    assert "checks" in parts and not {"queue", "load", "prefill"} & set(parts), parts  # refused before the replica
+    assert parts["total"]["dur"] < 2000, parts
 
 
 @pytest.mark.parametrize(("body", "status", "code", "text"), [
