@@ -14,7 +14,8 @@ traffic is the common production case, and it would use one of N accelerators.
   all, which loads the adapter if it lacks it: the adapter now has one more holder, and the
   affinity rule spreads its requests over all of them from then on;
 * an adapter no replica holds goes to one of the replicas with the fewest adapters (as Ray does),
-  the same one from every router: the pick is a rendezvous hash of the adapter and replica ids;
+  the same one from every router: the pick is a rendezvous hash of the adapter and replica ids,
+  tried again while its queue-length probe is slow before another replica loads the adapter;
 * base-model requests keep Ray's power of two choices.
 
 Which adapters a replica holds reaches the routers late: the replica reports a load to the controller,
@@ -40,6 +41,11 @@ from ray.serve.request_router import PendingRequest, RunningReplica
 from serving.compat import PowerOfTwoChoicesRequestRouter
 
 SAMPLE = 2  # replicas sampled from a large rank (power of two choices)
+# Ray probes a rank's replicas for their queue lengths before sending, with a deadline that starts
+# at 0.1 s and doubles on each rank that yields no replica. A picked replica that is slow to answer
+# (a busy host) would otherwise pass a cold adapter to the next rank, which loads it a second time:
+# the pick is tried this many times (0.1 + 0.2 + 0.4 s of probing) before the fallbacks.
+PICK_TRIES = 3
 ASSUMED_HOLDER_S = 10.0  # a load is broadcast within a second or two; a router's own pick stands in until then
 
 
@@ -63,8 +69,8 @@ def spread_ranks(model_id: str, replicas: Sequence[RunningReplica], queue_len, t
 
     Holders below ``threshold`` first; when there are none, the least busy replicas of all (a new
     holder); an adapter nobody holds, the rendezvous pick among the replicas with the fewest
-    adapters; every rank after the first is a fallback for when the ones before it turn the
-    request away.
+    adapters (``PICK_TRIES`` ranks of it); every later rank is a fallback for when the ones before
+    it turn the request away or do not answer Ray's probe in time.
     """
     def holds(r: RunningReplica) -> bool:
         return model_id in r.multiplexed_model_ids or (assumed_holder is not None and r.replica_id == assumed_holder)
@@ -74,7 +80,8 @@ def spread_ranks(model_id: str, replicas: Sequence[RunningReplica], queue_len, t
     if not holders:
         fewest = min(len(r.multiplexed_model_ids) for r in replicas)
         emptiest = [r for r in replicas if len(r.multiplexed_model_ids) == fewest]
-        return [[_rendezvous(model_id, emptiest)], _sample(emptiest), _sample(replicas)]
+        pick = _rendezvous(model_id, emptiest)
+        return [*([pick] for _ in range(PICK_TRIES)), _sample(emptiest), _sample(replicas)]
 
     def load(r: RunningReplica) -> int:
         return queue_len(r) or 0

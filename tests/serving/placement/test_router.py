@@ -10,7 +10,7 @@ import pytest
 from serving.app import llm_config_dicts
 from serving.config import ServingConfig
 from serving.placement import ROUTER_PATH
-from serving.placement.router import ASSUMED_HOLDER_S, AssumedHolders, spread_ranks
+from serving.placement.router import ASSUMED_HOLDER_S, PICK_TRIES, AssumedHolders, spread_ranks
 
 HOT = "maze-tiny:maze-grpo@b6e4ab3a3a67"
 
@@ -70,7 +70,9 @@ def test_an_adapter_nobody_holds_goes_to_one_replica_from_every_router():
     # and distinct adapters still spread over the emptiest replicas
     assert len({ranks(reps, {}, model=f"m:a{i}@1")[0][0] for i in range(40)}) == 4
     got = ranks(reps, {}, model="m:a@1")
-    assert len(got[0]) == 1 and len(got) == 3  # the pick, then the emptiest and any as fallbacks
+    # the pick, tried again while Ray's probe of it times out (its deadline doubles per rank: a busy
+    # host answers late, and the next rank would load the adapter a second time), then the fallbacks
+    assert got[:PICK_TRIES] == [got[0]] * PICK_TRIES and len(got[0]) == 1 and len(got) == PICK_TRIES + 2
 
 
 def test_a_routers_own_pick_counts_as_a_holder_until_the_broadcast():
