@@ -29,6 +29,10 @@ start through a state file in ``--work``, so a run can span several commands:
   ``maze-serve up``, ``maze-eval --adapter maze-grpo`` (64 mazes; the score against the CPU
   gateway's in ``models/scores_gateway.json``), ``maze-serve adapters verify maze-grpo --parity``,
   ``maze-serve down``; each command's exit code, time and last lines.
+* ``layouts``: where the gateway's cost sits: the gateway restarted in each of ``--layouts`` (e.g.
+  ``colocated``: one Serve hop, the engine in the replica that answers HTTP; ``ingress4``: four
+  ingress replicas before the LLM server) and compared with the same api_server as in ``compare``.
+  It leaves the gateway down: run it after the parts that use the shipped layout.
 * ``down``: both servers stopped.
 
 Every request is the maze workload's turn: the tuple protocol's first-turn text and one distinct
@@ -320,6 +324,39 @@ def cold(args, state: dict) -> dict:
             "adapter_mb": round(sum(f.stat().st_size for f in (Path(args.work) / "adapters" / "cold-0").iterdir()) / 2**20, 1)}
 
 
+# What each ``layouts`` variant changes in the bench's gateway config (section: fields).
+LAYOUTS = {"colocated": {"layout": "colocated"}, "ingress4": {"replicas": {"ingress_replicas": 4}}}
+
+
+def layout_config(config: dict, name: str):
+    """The gateway config ``config`` with layout variant ``name`` applied (validated)."""
+    from serving.config import ServingConfig
+
+    d = dict(config)
+    for key, change in LAYOUTS[name].items():
+        d[key] = {**d[key], **change} if isinstance(change, dict) else change
+    return ServingConfig.model_validate(d)
+
+
+def layouts(args, state: dict) -> dict:
+    """Each layout variant's gateway against the api_server, as ``compare`` does for the shipped one."""
+    from serving.local import embedded
+
+    os.environ["MAZE_HOME"] = str(Path(args.work) / "home")
+    out, work = {}, Workload()
+    for name in args.layouts:
+        cfg = layout_config(state["config"], name)
+        embedded.down()
+        state.pop("gateway_url", None)
+        t0 = time.monotonic()
+        url = embedded.up(cfg, progress=lambda m: print(f"  gateway ({name}):", m, flush=True))
+        sides = {"vllm": (state["vllm_url"], [BASE]), "gateway": (url, [BASE])}
+        out[name] = {"changes": LAYOUTS[name], "ready_s": round(time.monotonic() - t0, 1),
+                     **{f"c{c}": alternate(sides, c, args.rounds, args.block_s, work) for c in args.concurrency}}
+    embedded.down()
+    return out
+
+
 def embedded_model(args, state: dict) -> dict:
     """The shipped maze-tiny and maze-grpo through a GPU gateway, by the commands a user types."""
     import yaml
@@ -424,7 +461,8 @@ def markdown_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-PARTS = {"up": up, "compare": compare, "adapters": adapters, "cold": cold, "embedded": embedded_model, "down": down}
+PARTS = {"up": up, "compare": compare, "adapters": adapters, "cold": cold, "embedded": embedded_model,
+         "layouts": layouts, "down": down}
 
 
 def main() -> int:
@@ -441,11 +479,15 @@ def main() -> int:
     ap.add_argument("--memory", type=float, default=0.4, help="gpu_memory_utilization of each engine")
     ap.add_argument("--stream-batching-ms", type=float, default=0.0,
                     help="the gateway's stream_batching_ms (Ray's default is 50)")
+    ap.add_argument("--layouts", type=lambda s: s.split(","), default=list(LAYOUTS),
+                    help=f"the layouts part's variants, among {', '.join(LAYOUTS)}")
     ap.add_argument("--table", action="store_true", help="print the markdown table of --out and exit")
     args = ap.parse_args()
     if args.table:
         print(markdown_table(json.loads(args.out.read_text())))
         return 0
+    if bad := [name for name in args.layouts if name not in LAYOUTS]:
+        ap.error(f"--layouts takes {', '.join(LAYOUTS)} (not {', '.join(bad)})")
     unknown = [p for p in args.parts if p not in PARTS]
     if unknown or not args.parts:
         ap.error(f"name the parts to run, among {', '.join(PARTS)}" + (f" (not {', '.join(unknown)})" if unknown else ""))

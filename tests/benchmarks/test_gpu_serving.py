@@ -62,6 +62,19 @@ def test_the_api_server_gets_the_gpu_engine_arguments_as_vllm_reads_them(tmp_pat
     assert (cfg.layout, cfg.ingress, cfg.device) == ("standard", "proxy", "gpu")
 
 
+def test_each_layout_variant_is_a_valid_gpu_config_that_changes_only_what_it_names(tmp_path):
+    class Args:
+        memory, stream_batching_ms = 0.4, 0.0
+
+    shipped = gpu_serving.gateway_config(tmp_path, Args, port=8123, s3_port=9123)
+    colocated = gpu_serving.layout_config(shipped.model_dump(mode="json"), "colocated")
+    assert (colocated.layout, colocated.ingress, colocated.device) == ("colocated", "proxy", "gpu")
+    ingress4 = gpu_serving.layout_config(shipped.model_dump(mode="json"), "ingress4")
+    assert ingress4.replicas.ingress_replicas == 4 and ingress4.several_ingress_replicas
+    assert ingress4.model_dump(exclude={"replicas"}) == shipped.model_dump(exclude={"replicas"})
+    assert colocated.model_dump(exclude={"layout"}) == shipped.model_dump(exclude={"layout"})
+
+
 @pytest.fixture(scope="module")
 def streaming_server():
     """An OpenAI-style streaming endpoint: a role chunk, then 8 tokens after FIRST_MS; the model
