@@ -34,7 +34,7 @@ TENANTS = {"keys": [
     # maze-eval under a limit below the stack's pace (~7 turns/s with maze-grpo at c=8): its 8
     # concurrent first turns are over it, so some are refused however slowly the machine runs them.
     {"name": "eval-limited", "role": "inference", "models": ["maze-tiny", "maze-tiny:maze-grpo"],
-     "secrets": [EVAL_KEY], "limits": {"requests": 6, "window_s": 2}},
+     "secrets": [EVAL_KEY], "limits": {"requests": 7, "window_s": 2}},
 ]}
 
 

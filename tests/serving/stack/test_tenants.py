@@ -159,7 +159,7 @@ def test_rate_limit_with_the_openai_client(stack):
 
 def test_maze_eval_under_a_rate_limited_key(stack, tmp_path):
     """maze-eval's episodes under a limit below the stack's pace: all complete, the 429s are
-    retried after Retry-After and reported, none ends an episode. The key's 6 requests per 2 s are
+    retried after Retry-After and reported, none ends an episode. The key's 7 requests per 2 s are
     below the 8 first turns sent at once, so 429s come whatever pace the machine allows."""
     from evaluation import EvalConfig, evaluate
 
@@ -173,7 +173,7 @@ def test_maze_eval_under_a_rate_limited_key(stack, tmp_path):
     with http(stack, OPS) as h:
         rows = h.get("/v1/usage", params={"since": "1h", "key": "eval-limited"}).json()["data"]
     refused = sum(r["errors"] for r in rows if r["model"] == "-")
-    print(f"\nmaze-eval under 6 req / 2 s: {result.summary.solved}/8 in {wall:.0f}s, {rr.rate_limited} answers "
+    print(f"\nmaze-eval under 7 req / 2 s: {result.summary.solved}/8 in {wall:.0f}s, {rr.rate_limited} answers "
           f"429 waited out ({rr.waited_s:.0f}s waiting), gateway counted {refused} refused")
     assert refused >= rr.rate_limited  # the gateway's count of its 429s (plus the preflight's, if any)
 
