@@ -3,8 +3,9 @@
 ``maze-serve up`` (and ``maze-eval`` with no endpoint, through :func:`ensure_embedded_gateway`)
 use it so the product runs on a laptop or in CI with no GPU and no cloud account:
 
-1. ``moto_server`` on the config's S3 endpoint port, with the bucket created and every adapter
-   folder under ``models/`` (one holding adapter_config.json, e.g. models/maze-grpo) pushed;
+1. a local S3 server (moto's, :mod:`~serving.local.s3_server`) on the config's S3 endpoint port,
+   with the bucket created and every adapter folder under ``models/`` (one holding
+   adapter_config.json, e.g. models/maze-grpo) pushed;
 2. a Ray head (``ray start --head --block``, its own session and ports, loopback only);
 3. the gateway app deployed detached, then waits for ``/ready``;
 4. with ``cpu_affinity: split``, Ray's processes moved off the engine worker's cores.
@@ -131,9 +132,9 @@ def check_models(cfg: ServingConfig) -> None:
 
 # -- S3 -------------------------------------------------------------------------------------------
 def start_s3(cfg: ServingConfig, adapters: dict[str, Path] | None = None, log_dir: Path | None = None) -> int:
-    """Start moto_server on the config's endpoint port, create the bucket, push ``adapters`` (default:
-    the :func:`shipped_adapters` trained on the config's base). Returns its pid. Also used to bring S3
-    back in outage drills.
+    """Start the local S3 server (:mod:`serving.local.s3_server`) on the config's endpoint port, create
+    the bucket, push ``adapters`` (default: the :func:`shipped_adapters` trained on the config's base).
+    Returns its pid. Also used to bring S3 back in outage drills.
     ``log_dir``: where moto.log goes (default: this stack's logs folder)."""
     from serving.adapters import AdapterStore
 
@@ -142,8 +143,7 @@ def start_s3(cfg: ServingConfig, adapters: dict[str, Path] | None = None, log_di
         raise EmbeddedError(f"the embedded stack needs a local S3 endpoint, got {cfg.adapters.endpoint_url!r}")
     if not port_free(port):
         raise EmbeddedError(f"S3 port {port} on {HOST} is taken (another `maze-serve up`?); `maze-serve down` first")
-    exe = Path(sys.executable).with_name("moto_server")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "moto.server"]
+    cmd = [sys.executable, "-m", "serving.local.s3_server"]  # moto, with atomic conditional writes
     log_dir = log_dir or state_dir() / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / "moto.log", "ab") as out:
@@ -152,7 +152,7 @@ def start_s3(cfg: ServingConfig, adapters: dict[str, Path] | None = None, log_di
     deadline = time.monotonic() + 60
     while http_status(f"http://{HOST}:{port}/") == 0:
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise EmbeddedError(f"moto_server did not start; see {log_dir / 'moto.log'}")
+            raise EmbeddedError(f"the local S3 server did not start; see {log_dir / 'moto.log'}")
         time.sleep(0.2)
     export_s3_env(cfg)
     store = AdapterStore(cfg.adapters)

@@ -1,10 +1,9 @@
-"""A real local S3 server (moto_server on 127.0.0.1, restartable on its port to test outages), every
+"""A real local S3 server (the embedded stack's, moto's, on 127.0.0.1, restartable on its port to test outages), every
 key of a store's bucket, and small, well-formed peft LoRA folders: what the adapter-store tests publish."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -17,7 +16,8 @@ from serving.local import free_port
 
 
 class S3Server:
-    """moto_server in a subprocess, restartable on the same port (to test outages)."""
+    """The local S3 server (serving.local.s3_server: moto's) in a subprocess, restartable on its port
+    (to test outages)."""
 
     def __init__(self) -> None:
         self.port = free_port()
@@ -25,9 +25,9 @@ class S3Server:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        exe = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
-        self.proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # the embedded stack's S3 server: moto's, with its conditional writes atomic as S3's are
+        cmd = [sys.executable, "-m", "serving.local.s3_server", "-H", "127.0.0.1", "-p", str(self.port)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
