@@ -48,7 +48,6 @@ import asyncio
 import itertools
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -61,6 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.paired_ab import median_ci95  # noqa: E402
+from benchmarks.support.gpu_machine import gpu_memory_mib, machine  # noqa: E402
 from benchmarks.support.provenance import provenance  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "gpu_serving.json"
@@ -413,33 +413,7 @@ def score_vs_cpu(result: dict, db: Path) -> dict:
             "seeds_with_other_outcome": differ}
 
 
-# -- the machine and the results ------------------------------------------------------------------
-
-def _smi(query: str) -> str | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True)
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def gpu_memory_mib() -> list[int]:
-    used = _smi("memory.used")
-    return [int(x) for x in used.split()] if used else []
-
-
-def machine() -> dict:
-    from importlib.metadata import version
-
-    versions = {}
-    for pkg in ("vllm", "ray", "torch", "transformers"):
-        try:
-            versions[pkg] = version(pkg)
-        except Exception:  # noqa: BLE001 - recorded as missing
-            versions[pkg] = None
-    return {"gpu": _smi("name,driver_version,memory.total"), "versions": versions,
-            "cpus": os.cpu_count()}
-
+# -- the results ----------------------------------------------------------------------------------
 
 def markdown_table(results: dict) -> str:
     """The docs' table: per concurrency, each side's median block and the gateway / vLLM ratios."""
