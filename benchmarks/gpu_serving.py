@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.paired_ab import median_ci95  # noqa: E402
-from benchmarks.support.gpu_machine import gpu_memory_mib, machine  # noqa: E402
+from benchmarks.support.gpu_machine import gpu_memory_mib, lora_slots, machine  # noqa: E402
 from benchmarks.support.provenance import provenance  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "gpu_serving.json"
@@ -233,7 +233,11 @@ def up(args, state: dict) -> dict:
     state.update(model_dir=str(model_dir), config=cfg.model_dump(mode="json"))
     t0 = time.monotonic()
     lora_modules = [f"{name}={folder}" for name, folder in adapters.items()]
-    proc, vllm_url, logf = start_vllm(model_dir, cfg, served_name=BASE, extra_args=["--lora-modules", *lora_modules])
+    os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # the api_server's /collective_rpc, to read its LoRA slots
+    try:
+        proc, vllm_url, logf = start_vllm(model_dir, cfg, served_name=BASE, extra_args=["--lora-modules", *lora_modules])
+    finally:
+        os.environ.pop("VLLM_SERVER_DEV_MODE")
     logf.close()
     state.update(vllm_url=vllm_url, vllm_pid=proc.pid, vllm_log=logf.name)
     (work / "state.json").write_text(json.dumps(state))  # `down` stops it even if the gateway fails to start
@@ -248,7 +252,9 @@ def up(args, state: dict) -> dict:
     return {"gateway_ready_s": round(gateway_ready_s, 1), "vllm_ready_s": round(vllm_ready_s, 1),
             "gateway_config": {k: state["config"][k] for k in ("layout", "ingress", "stream_batching_ms", "lora")},
             "engine_kwargs": state["config"]["base_models"][0]["engine_kwargs"],
-            "vllm_args": _vllm_args(cfg), "gpu_memory_after_up_mib": gpu_memory_mib()}
+            "vllm_args": _vllm_args(cfg), "gpu_memory_after_up_mib": gpu_memory_mib(),
+            "lora_slots": lora_slots(vllm_url)}
+
 
 
 def _vllm_args(cfg) -> list[str]:

@@ -1,5 +1,5 @@
 """The GPU machine a benchmark ran on: its device, driver and versions, and the GPU memory in use
-(read from nvidia-smi; None or empty where there is none)."""
+(read from nvidia-smi; None or empty where there is none), and what an engine's LoRA slots hold."""
 
 from __future__ import annotations
 
@@ -34,4 +34,17 @@ def machine() -> dict:
             "cpus": os.cpu_count()}
 
 
-__all__ = ["gpu_memory_mib", "machine"]
+def lora_slots(url: str) -> dict:
+    """What an api_server's engine holds on the GPU for its LoRA slots (the worker extension's
+    ``lora_slot_memory``, through vLLM's dev-mode ``/collective_rpc``), or the error that kept it."""
+    import httpx
+
+    try:
+        resp = httpx.post(url.removesuffix("/v1") + "/collective_rpc", json={"method": "lora_slot_memory"}, timeout=60)
+        resp.raise_for_status()
+        return resp.json()["results"][0]
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+        return {"error": repr(exc)[:300]}
+
+
+__all__ = ["gpu_memory_mib", "lora_slots", "machine"]

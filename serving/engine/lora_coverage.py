@@ -74,6 +74,26 @@ def coverage_of(manager: Any, lora_id: int) -> dict[str, Any]:
             "tower_lora": bool(getattr(manager, "supports_tower_connector_lora", False))}
 
 
+def slot_memory(manager: Any) -> dict[str, Any]:
+    """What ``manager``'s LoRA slots hold on the engine's device: the stacked A and B buffers of every
+    module it wrapped, which vLLM allocates for ``max_loras`` adapters of ``max_lora_rank`` when it
+    builds the model, whether or not an adapter is loaded. Bytes in all and MiB per slot."""
+    seen: set[int] = set()
+    total, device = 0, None
+    for module in manager.modules.values():
+        for name, value in vars(module).items():
+            if not name.endswith("_stacked"):
+                continue
+            for t in value if isinstance(value, tuple | list) else (value,):
+                if hasattr(t, "element_size") and t.numel() and t.data_ptr() not in seen:
+                    seen.add(t.data_ptr())
+                    total += t.numel() * t.element_size()
+                    device = str(t.device)
+    slots = int(getattr(manager, "lora_slots", 0) or 0)
+    return {"slots": slots, "max_rank": int(manager.lora_config.max_lora_rank), "modules": len(manager.modules),
+            "bytes": total, "per_slot_mib": round(total / slots / 2**20, 3) if slots else None, "device": device}
+
+
 class LoraCoverageExtension:
     """Mixed into vLLM's worker class: RPCs that report what its LoRA manager applies."""
 
@@ -82,6 +102,10 @@ class LoraCoverageExtension:
 
     def lora_coverage(self, lora_id: int) -> dict[str, Any]:
         return coverage_of(self._lora_manager(), lora_id)
+
+    def lora_slot_memory(self) -> dict[str, Any]:
+        """:func:`slot_memory` of this worker's LoRA manager."""
+        return slot_memory(self._lora_manager())
 
     def lora_coverage_install(self) -> bool:
         """Report coverage from inside every ``add_lora`` from now on; returns :meth:`lora_tower_support`.
@@ -157,4 +181,4 @@ def refusal(report: dict[str, Any], adapter: str, total: int | Callable[[], int]
 
 
 __all__ = ["COVERAGE_QUALNAME", "GROUP_TEXT", "REPORT_FILE", "LoraCoverageExtension", "coverage_of", "module_count",
-           "refusal", "take_report"]
+           "refusal", "slot_memory", "take_report"]

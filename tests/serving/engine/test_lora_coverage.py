@@ -50,7 +50,8 @@ _ENGINE_SCRIPT = textwrap.dedent("""
     llm = LLM(model=sys.argv[1], enable_lora=True, max_lora_rank=8, max_loras=1, max_model_len=1024,
               enforce_eager=True, dtype="float32", kv_cache_memory_bytes=64 * 2**20, gpu_memory_utilization=0.2,
               worker_extension_cls=COVERAGE_EXTENSION_PATH)
-    out = {"tower_support": llm.collective_rpc("lora_coverage_install")}
+    out = {"tower_support": llm.collective_rpc("lora_coverage_install"),
+           "slots": llm.collective_rpc("lora_slot_memory")[0]}
     for i, folder in enumerate(sys.argv[2:], 1):
         llm.llm_engine.add_lora(LoRARequest(f"a{i}", i, folder))
         left = take_report(folder)  # what the worker left at registration
@@ -63,16 +64,23 @@ _ENGINE_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
-@pytest.mark.engine_seam
-def test_a_cpu_engine_without_tower_lora_reports_what_it_leaves_out(tmp_path):
+@pytest.fixture(scope="module")
+def engine_out(tmp_path_factory):
+    """One CPU engine's answers: the coverage of a tower, an LM and a renamed adapter, and its slots."""
+    tmp_path = tmp_path_factory.mktemp("coverage")
     folders = [build_adapter(kind, tmp_path) for kind in ("tower", "lm", "renamed")]
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", _ENGINE_SCRIPT, str(BASE), *map(str, folders)], env=env,
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line is not None, proc.stderr[-3000:]
-    out = json.loads(line.removeprefix("RESULT "))
+    return json.loads(line.removeprefix("RESULT ")), folders
+
+
+@pytest.mark.slow
+@pytest.mark.engine_seam
+def test_a_cpu_engine_without_tower_lora_reports_what_it_leaves_out(engine_out):
+    out, folders = engine_out
     tower, lm, renamed = (out[str(f)] for f in folders)
     assert out["tower_support"] == [False]
     # all-linear: 28 language-model modules (packed into 16 by vLLM) applied, the tower's 24 left out
@@ -86,3 +94,25 @@ def test_a_cpu_engine_without_tower_lora_reports_what_it_leaves_out(tmp_path):
     # wall time on a niced test worker: its size is benchmarks/load_checks.py's to measure).
     for one in (tower, lm, renamed):
         assert one["left"] == one["report"] and one["gone"] is None and one["seconds"] > 0
+
+
+def _slot_bytes(rank: int, dtype_bytes: int) -> int:
+    """One LoRA slot of maze-tiny's language model, from its config: A (rank x in) and B (out x rank)
+    for each of the seven projections of every layer, and for the token embedding and the LM head,
+    which vLLM wraps whatever the adapters target."""
+    text = json.loads((BASE / "config.json").read_text())["text_config"]
+    h, i, d = text["hidden_size"], text["intermediate_size"], text["head_dim"]
+    q, kv = text["num_attention_heads"] * d, text["num_key_value_heads"] * d
+    in_out = [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
+    ends = 2 * (text["vocab_size"] + h)
+    return rank * dtype_bytes * (text["num_hidden_layers"] * sum(a + b for a, b in in_out) + ends)
+
+
+@pytest.mark.slow
+@pytest.mark.engine_seam
+def test_the_engine_reports_what_its_lora_slots_hold(engine_out):
+    slots = engine_out[0]["slots"]
+    assert (slots["slots"], slots["max_rank"], slots["device"]) == (1, 8, "cpu")
+    assert slots["modules"] == 4 * 4 + 2  # qkv, o, gate_up, down per layer (as vLLM packs them), the two ends
+    assert slots["bytes"] == _slot_bytes(8, 4)  # float32
+    assert slots["per_slot_mib"] == round(_slot_bytes(8, 4) / 2**20, 3)
