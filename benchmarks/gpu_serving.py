@@ -370,7 +370,7 @@ def embedded_model(args, state: dict) -> dict:
     from serving.local import free_port
 
     work = Path(args.work)
-    engine = {"dtype": "float32", "gpu_memory_utilization": args.memory}  # float32: the CPU reference's
+    engine = {"dtype": "bfloat16", "gpu_memory_utilization": args.memory}  # vLLM's GPU LoRA kernels take 16-bit only
     cfg = gateway_config(ROOT / "models" / "maze-tiny", args, free_port(), free_port(), base="maze-tiny",
                          engine=engine, profile={"protocol": "tuple", "history": "window:2"})
     path = work / "gpu-tiny.yaml"
