@@ -48,15 +48,17 @@ def _hf_messages(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def reference_top_logprobs(base_folder: str | Path, adapter_folder: str | Path | None,
-                           conversations: list[list[dict[str, Any]]], k: int = 5) -> list[TopK]:
-    """The first generated token's top-``k`` (token, logprob) per conversation, under HF (+ peft)."""
+                           conversations: list[list[dict[str, Any]]], k: int = 5, *, dtype: str = "float32",
+                           device: str = "cpu") -> list[TopK]:
+    """The first generated token's top-``k`` (token, logprob) per conversation, under HF (+ peft), with
+    the model in ``dtype`` on ``device``."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a check inside `maze-train watch` or the CLI: no loading bars
     processor = AutoProcessor.from_pretrained(str(base_folder))
-    model = AutoModelForImageTextToText.from_pretrained(str(base_folder), dtype=torch.float32).eval()
+    model = AutoModelForImageTextToText.from_pretrained(str(base_folder), dtype=getattr(torch, dtype)).to(device).eval()
     if adapter_folder is not None:
         from peft import PeftModel
 
@@ -64,7 +66,7 @@ def reference_top_logprobs(base_folder: str | Path, adapter_folder: str | Path |
     out = []
     for conversation in conversations:
         inputs = processor.apply_chat_template(_hf_messages(conversation), add_generation_prompt=True, tokenize=True,
-                                               return_dict=True, return_tensors="pt")
+                                               return_dict=True, return_tensors="pt").to(device)
         with torch.no_grad():
             logprobs = torch.log_softmax(model(**inputs).logits[0, -1].float(), -1)
         values, ids = logprobs.topk(k)
