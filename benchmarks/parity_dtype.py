@@ -8,8 +8,8 @@ first token's top-5 logprobs from vLLM's own engine (``vllm.LLM``, LoRA on, ``--
 template the OpenAI server applies) with and without the adapter, and from HF + peft in float32 on
 the CPU (the reference parity uses) and in ``--dtype`` on the engine's device. Each pair is compared as
 parity compares (serving.parity.measure.compare): the largest |logprob difference| over tokens in
-both top-5 lists, and the frames whose top token differs. Runs where vLLM has a GPU build (a CPU build
-runs it in float32 on the CPU, as a check of the script).
+both top-5 lists, and the frames whose top token differs. On a GPU where vLLM has its GPU build; a CPU
+build runs the same comparisons on the CPU (vLLM's CPU kernels, not the GPU's).
 """
 
 from __future__ import annotations
@@ -30,20 +30,23 @@ OUT = ROOT / "benchmarks" / "results" / "parity_dtype.json"
 BASE, ADAPTER = ROOT / "models" / "maze-tiny", ROOT / "models" / "maze-grpo"
 
 
-def engine_top_logprobs(dtype: str, conversations) -> dict[str, list]:
-    """vLLM's first-token top-5 per conversation, with maze-grpo (``adapter``) and without (``base``)."""
-    from vllm import LLM, SamplingParams
-    from vllm.lora.request import LoRARequest
+def start_engine(dtype: str):
+    from vllm import LLM
 
     rank = json.loads((ADAPTER / "adapter_config.json").read_text())["r"]
-    llm = LLM(model=str(BASE), dtype=dtype, enable_lora=True, max_lora_rank=rank, max_loras=1, max_model_len=4096,
-              enforce_eager=True, gpu_memory_utilization=0.3, limit_mm_per_prompt={"image": 1})
-    params = SamplingParams(max_tokens=1, temperature=0, logprobs=5)
-    out = {}
-    for side, lora in (("adapter", LoRARequest("maze-grpo", 1, str(ADAPTER))), ("base", None)):
-        results = llm.chat([list(c) for c in conversations], params, lora_request=lora, use_tqdm=False)
-        out[side] = [_top(r.outputs[0].logprobs[0]) for r in results]
-    return out
+    return LLM(model=str(BASE), dtype=dtype, enable_lora=True, max_lora_rank=rank, max_loras=1, max_model_len=4096,
+               enforce_eager=True, gpu_memory_utilization=0.3, limit_mm_per_prompt={"image": 1})
+
+
+def served(llm, conversations, folder: Path | None, lora_id: int = 0) -> list:
+    """The engine's first-token top-5 per conversation, with the adapter in ``folder`` (None: the base)."""
+    from vllm import SamplingParams
+    from vllm.lora.request import LoRARequest
+
+    lora = LoRARequest(folder.name, lora_id, str(folder)) if folder is not None else None
+    results = llm.chat([list(c) for c in conversations], SamplingParams(max_tokens=1, temperature=0, logprobs=5),
+                       lora_request=lora, use_tqdm=False)
+    return [_top(r.outputs[0].logprobs[0]) for r in results]
 
 
 def _top(logprobs: dict) -> list[tuple[str, float]]:
@@ -51,10 +54,68 @@ def _top(logprobs: dict) -> list[tuple[str, float]]:
     return [(lp.decoded_token or "", float(lp.logprob)) for lp in ranked]
 
 
+# How a version can be served wrongly while the coverage check passes: its scale off by half (an alpha
+# or rank-scaling mismatch), or the MLP modules' updates lost (their B at zero, so counted as no-ops).
+WRONG = {"half_scale": lambda key: 0.5 if "lora_B" in key else 1.0,
+         "no_mlp": lambda key: 0.0 if "lora_B" in key and "mlp" in key else 1.0}
+
+
+def altered(src: Path, dst: Path, scale, seed: int | None = None) -> Path:
+    """A copy of adapter ``src`` with each tensor times ``scale(key)``; with ``seed``, its tensors first
+    redrawn from a normal of each tensor's own std (a random adapter of the same shapes and size)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(src / "adapter_model.safetensors"))
+    gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    out = {}
+    for key, t in tensors.items():
+        x = t.float()
+        if gen is not None:
+            x = torch.randn(x.shape, generator=gen) * x.std()
+        out[key] = (x * scale(key)).to(t.dtype).contiguous()
+    dst.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / "adapter_config.json", dst / "adapter_config.json")
+    save_file(out, str(dst / "adapter_model.safetensors"))
+    return dst
+
+
+def calibrate(llm, frames, n: int, work: Path) -> dict:
+    """maze-grpo and ``n`` random adapters of its shapes, each served as trained and in each WRONG way,
+    against its float32 HF reference: the differences a tolerance must pass and those it must catch."""
+    from serving.parity.measure import compare
+    from serving.parity.reference import reference_top_logprobs
+
+    adapters = [ADAPTER] + [altered(ADAPTER, work / f"random-{i}", lambda key: 1.0, seed=i) for i in range(n)]
+    rows, lora_id = [], 10
+    for folder in adapters:
+        reference = reference_top_logprobs(BASE, folder, frames)
+        row = {"adapter": folder.name}
+        for way, scale in {"as_trained": lambda key: 1.0, **WRONG}.items():
+            lora_id += 1
+            served_folder = folder if way == "as_trained" else altered(folder, work / f"{folder.name}-{way}", scale)
+            diff, top = compare(served(llm, frames, served_folder, lora_id), reference)
+            row[way] = {"max_abs_diff": round(diff, 5), "top_token_differs": top}
+        rows.append(row)
+        print(f"  {folder.name}: " + ", ".join(f"{w} {row[w]['max_abs_diff']:.3f}" for w in ("as_trained", *WRONG)),
+              flush=True)
+    passes = [r["as_trained"]["max_abs_diff"] for r in rows]
+    wrong = {w: [r[w]["max_abs_diff"] for r in rows] for w in WRONG}
+    at = {str(t): {"as_trained_failed": sum(d > t for d in passes),
+                   **{f"{w}_passed": sum(d <= t for d in ds) for w, ds in wrong.items()}}
+          for t in (0.02, 0.05, 0.1, 0.15, 0.2, 0.3)}
+    return {"adapters": len(rows), "as_trained_max": max(passes),
+            "wrong_min": {w: min(ds) for w, ds in wrong.items()}, "at_tolerance": at, "rows": rows}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtype", default="bfloat16", help="the engine's dtype (and the second reference's)")
     ap.add_argument("--out", type=Path, default=OUT, help="results file")
+    ap.add_argument("--random", type=int, default=16, help="random adapters of maze-grpo's shapes to calibrate on")
+    ap.add_argument("--work", default="/tmp/maze-parity-dtype", help="folder for the random and altered adapters")
     args = ap.parse_args()
     import torch
 
@@ -63,10 +124,11 @@ def main() -> int:
     from serving.parity.reference import reference_top_logprobs
 
     cuda = torch.cuda.is_available()
-    dtype = args.dtype if cuda else "float32"
+    dtype = args.dtype
     frames = list(parity_frames())
     t0 = time.monotonic()
-    engine = engine_top_logprobs(dtype, frames)
+    llm = start_engine(dtype)
+    engine = {"adapter": served(llm, frames, ADAPTER, 1), "base": served(llm, frames, None)}
     refs = {"hf_float32_cpu": reference_top_logprobs(BASE, ADAPTER, frames),
             f"hf_{dtype}_{'cuda' if cuda else 'cpu'}": reference_top_logprobs(
                 BASE, ADAPTER, frames, dtype=dtype, device="cuda" if cuda else "cpu"),
@@ -79,6 +141,7 @@ def main() -> int:
         print(f"  {name}: max |diff| {c['max_abs_diff']:.4f}, top token differs on {c['top_token_differs']}", flush=True)
     result = {"dtype": dtype, "device": "cuda" if cuda else "cpu", "frames": len(frames), "tolerance_now": TOLERANCE,
               "comparisons": comparisons, "engine": engine, "references": refs,
+              "calibration": calibrate(llm, frames, args.random, Path(args.work)),
               "seconds": round(time.monotonic() - t0, 1), "machine": machine(), **provenance(sys.argv)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -356,6 +356,19 @@ class ServingConfig(SectionModel):
         return self
 
     @model_validator(mode="after")
+    def _gpu_lora_dtype(self) -> ServingConfig:
+        """Refuse a float32 base on a GPU config: vLLM's GPU LoRA kernels take 16-bit inputs only, and the
+        engine fails its start-up profile run, which Ray Serve retries for minutes before giving up."""
+        if self.device != "gpu":
+            return self
+        wide = [m.id for m in self.base_models if str(m.engine_kwargs.get("dtype", "")).lower() in ("float32", "float")]
+        if wide:
+            raise ValueError(f"base model(s) {wide} set engine_kwargs dtype float32 on a GPU config: vLLM's GPU LoRA "
+                             "kernels take float16 or bfloat16 only, and the engine would fail to start. Use dtype "
+                             "bfloat16 (or auto, which serves a float32 checkpoint in 16 bits on a GPU)")
+        return self
+
+    @model_validator(mode="after")
     def _safe(self) -> ServingConfig:
         """Refuse the two configs that start fine and are unsafe: management routes open to the network,
         and per-key limits that silently hold once per ingress replica."""

@@ -233,3 +233,17 @@ def test_maze_serve_render_refuses_with_a_clear_error(tmp_path):
     result = CliRunner().invoke(main, ["-c", str(path), "render"])
     assert result.exit_code == 2, result.output
     assert "has auth off" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("dtype", ["float32", "FLOAT"])
+def test_a_float32_base_is_refused_on_a_gpu_config(dtype):
+    """vLLM's GPU LoRA kernels assert 16-bit inputs: a float32 engine never starts, so the config says so."""
+    data = ServingConfig.shipped("production").model_dump(mode="json")
+    data["base_models"][0]["engine_kwargs"]["dtype"] = dtype
+    with pytest.raises(ValueError, match=r"set engine_kwargs dtype float32 on a GPU config: vLLM's GPU LoRA kernels "
+                                         r"take float16 or bfloat16 only"):
+        ServingConfig.model_validate(data)
+    data["base_models"][0]["engine_kwargs"]["dtype"] = "bfloat16"
+    ServingConfig.model_validate(data)
+    embedded = ServingConfig.shipped("embedded")  # a CPU engine runs float32 LoRA
+    assert embedded.device == "cpu" and embedded.base_models[0].engine_kwargs.get("dtype") == "float32"
