@@ -6,7 +6,7 @@ import json
 
 from evaluation.parity_frames import FRAMES_FILE, build_frames
 from serving.parity.frames import parity_frames
-from serving.parity.measure import TOLERANCE, compare, difference
+from serving.parity.measure import TOLERANCE, TOLERANCE_16BIT, compare, difference, tolerance_for
 from serving.parity.reference import reference_available
 
 
@@ -55,3 +55,15 @@ def test_a_bf16_adapter_is_read_as_trained_or_not(tmp_path):
         save_file({f"{stem}.lora_A.weight": torch.ones(8, 32, dtype=torch.bfloat16),
                    f"{stem}.lora_B.weight": b.to(torch.bfloat16)}, str(tmp_path / name / "adapter_model.safetensors"))
     assert not _adapter_is_nonzero(tmp_path / "zero") and _adapter_is_nonzero(tmp_path / "trained")
+
+
+def test_a_16_bit_engine_is_held_to_the_16_bit_tolerance():
+    assert [tolerance_for(d) for d in ("float32", "FLOAT", None, "auto", "bfloat16", "float16")] == \
+        [TOLERANCE, TOLERANCE, TOLERANCE_16BIT, TOLERANCE_16BIT, TOLERANCE_16BIT, TOLERANCE_16BIT]
+    # what a bfloat16 GPU engine serving maze-grpo as trained showed against the float32 reference
+    served, reference = [("0", -0.30), ("1", -1.40)], [("0", -0.378), ("1", -1.35)]
+    assert compare([served], [reference], TOLERANCE_16BIT) == (abs(-0.30 + 0.378), 0)
+    # the tie rule takes the same tolerance: a top-token swap within it is a tie
+    swapped = [("1", -0.69), ("0", -0.69 - TOLERANCE_16BIT / 2)]
+    assert compare([[("0", -0.69), ("1", -0.70)]], [swapped], TOLERANCE_16BIT)[1] == 0
+    assert compare([[("0", -0.69), ("1", -0.70)]], [swapped])[1] == 1
