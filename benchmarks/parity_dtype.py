@@ -31,7 +31,7 @@ BASE, ADAPTER = ROOT / "models" / "maze-tiny", ROOT / "models" / "maze-grpo"
 
 
 def start_engine(dtype: str):
-    from vllm import LLM
+    from serving.compat import LLM
 
     rank = json.loads((ADAPTER / "adapter_config.json").read_text())["r"]
     return LLM(model=str(BASE), dtype=dtype, enable_lora=True, max_lora_rank=rank, max_loras=1, max_model_len=4096,
@@ -40,8 +40,8 @@ def start_engine(dtype: str):
 
 def served(llm, conversations, folder: Path | None, lora_id: int = 0) -> list:
     """The engine's first-token top-5 per conversation, with the adapter in ``folder`` (None: the base)."""
-    from vllm import SamplingParams
-    from vllm.lora.request import LoRARequest
+    from serving.compat import SamplingParams
+    from serving.compat import LoRARequest
 
     lora = LoRARequest(folder.name, lora_id, str(folder)) if folder is not None else None
     results = llm.chat([list(c) for c in conversations], SamplingParams(max_tokens=1, temperature=0, logprobs=5),
@@ -119,13 +119,29 @@ def calibrate(llm, frames, n: int, work: Path) -> dict:
             "wrong_min": {w: min(ds) for w, ds in wrong.items()}, "at_tolerance": at, "rows": rows}
 
 
+def markdown_table(results: dict) -> str:
+    """The docs' table: per tolerance, the versions served as trained that fail and the wrong ones that pass."""
+    cal = results["calibration"]
+    n = cal["adapters"]
+    lines = ["| tolerance | served as trained, failed | at half scale, passed | without MLP updates, passed |",
+             "|---|---|---|---|"]
+    for t, row in cal["at_tolerance"].items():
+        lines.append(f"| {t} | {row['as_trained_failed']} of {n} | {row['half_scale_passed']} of {n} | "
+                     f"{row['no_mlp_passed']} of {n} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtype", default="bfloat16", help="the engine's dtype (and the second reference's)")
     ap.add_argument("--out", type=Path, default=OUT, help="results file")
     ap.add_argument("--random", type=int, default=24, help="adapters made from maze-grpo (layers moved, updates negated) to calibrate on")
     ap.add_argument("--work", default="/tmp/maze-parity-dtype", help="folder for the random and altered adapters")
+    ap.add_argument("--table", action="store_true", help="print the markdown table of --out and exit")
     args = ap.parse_args()
+    if args.table:
+        print(markdown_table(json.loads(args.out.read_text())))
+        return 0
     import torch
 
     from serving.parity.frames import parity_frames

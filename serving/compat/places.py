@@ -57,6 +57,8 @@ PLACES: dict[str, tuple[tuple[str, str | None], ...]] = {
     "EngineArgs": (("vllm.engine.arg_utils", "EngineArgs"),),
     "LoRAConfig": (("vllm.config.lora", "LoRAConfig"),),
     "LoRARequest": (("vllm.lora.request", "LoRARequest"),),
+    "LLM": (("vllm", "LLM"),),  # the offline engine (benchmarks/parity_dtype.py)
+    "SamplingParams": (("vllm", "SamplingParams"),),
     "WorkerBase": (("vllm.v1.worker.worker_base", "WorkerBase"),),
     "LoRAModelRunnerMixin": (("vllm.v1.worker.lora_model_runner_mixin", "LoRAModelRunnerMixin"),),
     "WorkerLoRAManager": (("vllm.lora.worker_manager", "WorkerLoRAManager"),),
