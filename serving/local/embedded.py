@@ -39,6 +39,7 @@ from serving.ingress import direct_ingress_env, direct_proxy_port
 from serving.local.driver_output import caller_logging_kept, output_to
 from serving.local.ports import HOST, free_port, ray_node_port_args
 from serving.local.processes import RAY_GRACE_S, alive, http_status, listening, port_free, session_pids, stop_group
+from serving.local.start_failure import root_cause
 
 log = logging.getLogger(__name__)
 
@@ -341,9 +342,11 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
     try:
         _deploy(cfg, address, ray_pid, progress)
         wait_ready(base_url, ray_pid, ready_timeout, progress)
-    except BaseException:
-        keep_ray_logs(temp_dir, progress)
+    except BaseException as exc:
+        kept = keep_ray_logs(temp_dir, progress)
         down()
+        if isinstance(exc, RuntimeError) and not isinstance(exc, EmbeddedError):  # Serve's "failed to deploy"
+            raise deploy_failed(exc, kept) from None
         raise
     if split:  # once the engine has started: its start-up (imports, loading) had every core
         progress(split.describe(moved=pin_session(session_pids(ray_pid), split)))
@@ -351,17 +354,26 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
     return base_url
 
 
-def keep_ray_logs(temp_dir: str, progress: Callable[[str], None]) -> None:
+def keep_ray_logs(temp_dir: str, progress: Callable[[str], None]) -> Path | None:
     """Copy Ray's session logs (the replicas' and engines' own, which say why a start failed) into the
-    stack's log folder before ``down`` removes Ray's temp dir."""
+    stack's log folder before ``down`` removes Ray's temp dir; returns that folder (None if not copied)."""
     src = Path(temp_dir) / "session_latest" / "logs"
     dst = state_dir() / "logs" / "ray-session"
     shutil.rmtree(dst, ignore_errors=True)
     try:
         shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.sock", "events"))
     except (OSError, shutil.Error):
-        return
+        return None
     progress(f"the start failed: Ray's logs are kept in {dst}")
+    return dst
+
+
+def deploy_failed(exc: RuntimeError, kept: Path | None) -> EmbeddedError:
+    """Serve's "failed to deploy" as the stack's error, with the replica's own exception where its kept
+    logs hold one (Serve's message names only the deployment)."""
+    cause = root_cause(kept) if kept is not None else None
+    return EmbeddedError(f"the gateway app did not start: {exc}" + (f"; the replica failed with {cause}" if cause else "")
+                         + (f"; see {kept}" if kept is not None else ""))
 
 
 def down(port_timeout: float = 150.0, progress: Callable[[str], None] | None = None, wait_ports: bool = True) -> bool:
