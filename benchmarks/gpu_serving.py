@@ -256,7 +256,6 @@ def up(args, state: dict) -> dict:
             "lora_slots": lora_slots(vllm_url)}
 
 
-
 def _vllm_args(cfg) -> list[str]:
     from benchmarks.support.gateway_bench import vllm_launch
 

@@ -95,6 +95,12 @@ class BaseModelSpec(SectionModel):
             raise ValueError(f"engine_kwargs may not set {clash}: they come from the config's own fields")
         return v
 
+    @property
+    def float32_engine(self) -> bool:
+        """Whether ``engine_kwargs`` ask vLLM for float32 (``dtype`` float32 or float). Unset or ``auto``
+        serves a float32 checkpoint in 16 bits on a GPU."""
+        return str(self.engine_kwargs.get("dtype", "")).lower() in ("float32", "float")
+
     def resolved_source(self) -> str:
         """Absolute path for repo-relative folders; anything else as given."""
         path = REPO_ROOT / self.source
@@ -361,7 +367,7 @@ class ServingConfig(SectionModel):
         engine fails its start-up profile run, which Ray Serve retries for minutes before giving up."""
         if self.device != "gpu":
             return self
-        wide = [m.id for m in self.base_models if str(m.engine_kwargs.get("dtype", "")).lower() in ("float32", "float")]
+        wide = [m.id for m in self.base_models if m.float32_engine]
         if wide:
             raise ValueError(f"base model(s) {wide} set engine_kwargs dtype float32 on a GPU config: vLLM's GPU LoRA "
                              "kernels take float16 or bfloat16 only, and the engine would fail to start. Use dtype "

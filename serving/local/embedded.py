@@ -345,7 +345,7 @@ def up(cfg: ServingConfig | None = None, *, adapters: dict[str, Path] | None = N
     except BaseException as exc:
         kept = keep_ray_logs(temp_dir, progress)
         down()
-        if isinstance(exc, RuntimeError) and not isinstance(exc, EmbeddedError):  # Serve's "failed to deploy"
+        if isinstance(exc, RuntimeError):  # Serve's "failed to deploy" (the stack's own errors are not RuntimeErrors)
             raise deploy_failed(exc, kept) from None
         raise
     if split:  # once the engine has started: its start-up (imports, loading) had every core

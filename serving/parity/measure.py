@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from serving.adapters import NOT_COMPARED, AdapterStore, ModelId, ParityRecord, inspect_adapter, now
-from serving.config import ServingConfig
+from serving.config import BaseModelSpec, ServingConfig
 from serving.parity.frames import parity_frames
 from serving.parity.reference import TopK, reference_available, reference_top_logprobs
 
@@ -80,10 +80,10 @@ def _token(text: str) -> str:
     return text.replace("\ufffd", "")
 
 
-def tolerance_for(dtype: str | None) -> float:
-    """The parity tolerance of an engine whose ``engine_kwargs`` set ``dtype``: float32's only where the
-    config asks for float32; unset or ``auto`` serves a checkpoint in 16 bits on a GPU, so 16-bit's."""
-    return TOLERANCE if str(dtype or "auto").lower() in ("float32", "float") else TOLERANCE_16BIT
+def tolerance_for(spec: BaseModelSpec) -> float:
+    """The parity tolerance of base ``spec``'s engine: float32's only where its config asks for float32
+    (:attr:`~serving.config.BaseModelSpec.float32_engine`), else 16-bit's."""
+    return TOLERANCE if spec.float32_engine else TOLERANCE_16BIT
 
 
 def difference(a: TopK, b: TopK, tolerance: float = TOLERANCE) -> tuple[float, bool]:
@@ -155,7 +155,7 @@ def check_served(cfg: ServingConfig, gateway: Gateway, name: str, version: str |
     store = AdapterStore(cfg.adapters)
     version = version or store.resolve(name).version
     result = measure(store, gateway, spec.id, spec.resolved_source(), name, version,
-                     tolerance_for(spec.engine_kwargs.get("dtype")))
+                     tolerance_for(spec))
     return version, (store.record_parity(name, version, result) if record else result)
 
 

@@ -58,7 +58,11 @@ def test_a_bf16_adapter_is_read_as_trained_or_not(tmp_path):
 
 
 def test_a_16_bit_engine_is_held_to_the_16_bit_tolerance():
-    assert [tolerance_for(d) for d in ("float32", "FLOAT", None, "auto", "bfloat16", "float16")] == \
+    from serving.config import BaseModelSpec
+
+    specs = [BaseModelSpec(id="b", source="x", engine_kwargs={"dtype": d} if d else {})
+             for d in ("float32", "FLOAT", None, "auto", "bfloat16", "float16")]
+    assert [tolerance_for(s) for s in specs] == \
         [TOLERANCE, TOLERANCE, TOLERANCE_16BIT, TOLERANCE_16BIT, TOLERANCE_16BIT, TOLERANCE_16BIT]
     # what a bfloat16 GPU engine serving maze-grpo as trained showed against the float32 reference
     served, reference = [("0", -0.30), ("1", -1.40)], [("0", -0.378), ("1", -1.35)]
@@ -67,3 +71,26 @@ def test_a_16_bit_engine_is_held_to_the_16_bit_tolerance():
     swapped = [("1", -0.69), ("0", -0.69 - TOLERANCE_16BIT / 2)]
     assert compare([[("0", -0.69), ("1", -0.70)]], [swapped], TOLERANCE_16BIT)[1] == 0
     assert compare([[("0", -0.69), ("1", -0.70)]], [swapped])[1] == 1
+
+
+def test_check_served_holds_each_base_to_its_own_engines_tolerance(monkeypatch):
+    """The path `adapters verify --parity` and `maze-train watch` take: the embedded base (float32) is held
+    to 0.02, the same base in bfloat16 to the 16-bit tolerance."""
+    from serving.adapters import ParityRecord
+    from serving.config import ServingConfig
+    from serving.parity import measure as parity_measure
+
+    seen = []
+
+    def fake_measure(store, gateway, base, base_folder, name, version, tolerance):  # the engine cannot run here
+        seen.append(tolerance)
+        return ParityRecord(ok=True, frames=4, max_abs_diff=0.0, reference="hf+peft", at="now", detail="")
+
+    monkeypatch.setattr(parity_measure, "measure", fake_measure)
+    cfg = ServingConfig.shipped("embedded")
+    data = cfg.model_dump(mode="json")
+    data["base_models"][0]["engine_kwargs"]["dtype"] = "bfloat16"
+    for config in (cfg, ServingConfig.model_validate(data)):
+        parity_measure.check_served(config, parity_measure.Gateway("http://127.0.0.1:9/v1"), "a", "0123456789ab",
+                                    record=False)
+    assert seen == [TOLERANCE, TOLERANCE_16BIT]
