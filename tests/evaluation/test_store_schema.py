@@ -9,6 +9,7 @@ import threading
 from sqlalchemy import inspect
 
 from evaluation import Store
+from tests.support.threads import run_together
 
 THREADS, TRIALS = 8, 40
 
@@ -18,16 +19,9 @@ def _open_at_once(url: str, errors: list[BaseException]) -> None:
 
     def open_one() -> None:
         start.wait()
-        try:
-            Store(url).close()
-        except Exception as exc:  # noqa: BLE001 - collected and asserted on by the test
-            errors.append(exc)
+        Store(url).close()
 
-    threads = [threading.Thread(target=open_one) for _ in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors.extend(run_together([open_one] * THREADS))
 
 
 def test_stores_opened_at_once_on_a_new_database_all_open(tmp_path):

@@ -5,7 +5,6 @@ concurrent moves from losing updates."""
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 
@@ -14,6 +13,7 @@ from serving.adapters.objects import ObjectChanged
 from serving.errors import AdapterNotFound, AdapterRefConflict, BadAdapterName, NoRollbackTarget
 
 from tests.support.adapter_store import make_adapter
+from tests.support.threads import run_together
 
 
 @pytest.fixture
@@ -121,11 +121,7 @@ def test_concurrent_moves_lose_no_update(store, two_versions):
             except AdapterRefConflict:  # allowed under heavy contention: refused, not lost
                 pass
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_together([worker] * 4) == []
     moves = store.history("agent")
     assert succeeded and len(moves) == 2 + len(succeeded)
     assert sorted(m.version for m in moves if m.action == "rollback") == sorted(succeeded)

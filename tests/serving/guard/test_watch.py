@@ -6,7 +6,6 @@ new keeper (a restarted gateway) carries on; concurrent reports all count."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -16,6 +15,7 @@ from serving.config import GuardSpec
 from serving.errors import BadRequest
 from serving.guard import CanaryGuard, Outcome
 from tests.support.adapter_store import make_adapter
+from tests.support.threads import run_together
 
 PASSED = {"ok": True, "frames": 4, "max_abs_diff": 0.004, "reference": "hf+peft"}
 H = 0.2  # the horizon: each report below ran that long, so it is paired as it comes in
@@ -113,12 +113,8 @@ def test_concurrent_reports_all_count(canary):
     guard = CanaryGuard(store, SPEC)
     keys = sessions(store, "stable", 12)
     results: list = []
-    threads = [threading.Thread(target=lambda k=k: results.append(guard.report(f"maze-tiny:agent@{stable}", k, WON)))
-               for k in keys]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_together([lambda k=k: results.append(guard.report(f"maze-tiny:agent@{stable}", k, WON))
+                         for k in keys]) == []
     assert len(results) == 12 and all(r.counted for r in results)  # none gave up on a lost race
     assert guard.ledger("agent")["evidence"]["stable_sessions"] == 12  # conditional writes: none lost
 

@@ -7,6 +7,7 @@ import threading
 import time
 
 from serving.local.s3_server import SerialWrites
+from tests.support.threads import run_together
 
 THREADS = 8
 
@@ -28,21 +29,10 @@ class CheckThenWrite:
 
 
 def hammer(app, method: str, threads: int = THREADS) -> None:
-    errors: list[BaseException] = []
-
-    def one():
-        try:
-            list(app({"REQUEST_METHOD": method}, lambda status, headers: None))
-        except BaseException as exc:  # noqa: BLE001 - raised in the test's thread below
-            errors.append(exc)
-
-    workers = [threading.Thread(target=one) for _ in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
-    if errors:
-        raise errors[0]
+    call = lambda: list(app({"REQUEST_METHOD": method}, lambda status, headers: None))  # noqa: E731
+    raised = run_together([call] * threads)
+    if raised:
+        raise raised[0]
 
 
 def test_writes_run_in_turn_and_lose_no_update():

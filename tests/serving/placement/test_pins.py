@@ -4,7 +4,6 @@ the rows `maze-serve adapters where` prints (pure)."""
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 from click.testing import CliRunner
@@ -14,6 +13,7 @@ from serving.placement import PlacementStore, where_rows
 from serving.placement.pins import REPORT_STALE_S
 
 from tests.support.adapter_store import make_adapter
+from tests.support.threads import run_together
 
 
 @pytest.fixture
@@ -44,11 +44,7 @@ def test_pin_errors_name_the_problem(placement):
 
 def test_concurrent_pins_all_land(placement):
     names = ["hot", "warm", "cold"]
-    threads = [threading.Thread(target=placement.pin, args=(n, 8)) for n in names]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_together([lambda n=n: placement.pin(n, 8) for n in names]) == []
     assert set(placement.pins()) == set(names)  # conditional writes: no pin lost to a race
 
 
