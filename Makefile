@@ -35,10 +35,13 @@ demo: setup
 # tests that start vLLM engines (the stack, the serving cluster), one after another (side by side
 # they need ~20 GB and both cores), the other every other module meanwhile (tests/conftest.py).
 # Then, once that stack is down, the GPU lock's check (test-gpu-lock); either failing fails the target.
+# The last lines name every run's counts and failures (scripts/test_recap.py), so a log's tail tells all.
+TEST_REPORTS ?= .test-reports
 test: setup-test
-	@status=0; \
-	$(PY) -m pytest -q -ra --durations=25 -n 2 --dist loadgroup || status=$$?; \
-	$(GPU_LOCK_TESTS) || status=$$?; \
+	@status=0; rm -rf $(TEST_REPORTS); \
+	$(PY) -m pytest -q -ra --durations=25 -n 2 --dist loadgroup --junitxml=$(TEST_REPORTS)/main.xml || status=$$?; \
+	$(GPU_LOCK_TESTS) --junitxml=$(TEST_REPORTS)/gpu-lock.xml || status=$$?; \
+	$(PY) scripts/test_recap.py main=$(TEST_REPORTS)/main.xml gpu-lock=$(TEST_REPORTS)/gpu-lock.xml; \
 	exit $$status
 
 # The tests marked engine_seam (adapter load and its refusals, coverage, parity, placement,

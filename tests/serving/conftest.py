@@ -19,13 +19,24 @@ os.environ.update(RAY_ENV)
 
 
 @pytest.fixture(scope="session")
-def s3_server(monkeypatch_session):
-    server = S3Server()
+def s3_server(monkeypatch_session, tmp_path_factory):
+    server = S3Server(log=tmp_path_factory.mktemp("s3-server") / "requests.log")
     server.start()
     for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch_session.setenv(k, v)
     yield server
     server.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # A test that failed with the session's S3 server in use shows the server's last requests, with
+    # their times: whether a request that timed out ever reached it, and when it was answered.
+    outcome = yield
+    report = outcome.get_result()
+    server = getattr(item, "funcargs", {}).get("s3_server")
+    if report.failed and isinstance(server, S3Server):
+        report.sections.append(("S3 server's last requests", server.log_tail()))
 
 
 @pytest.fixture(scope="session")

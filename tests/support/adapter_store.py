@@ -19,15 +19,21 @@ class S3Server:
     """The local S3 server (serving.local.s3_server: moto's) in a subprocess, restartable on its port
     (to test outages)."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
+        self.log = log  # the server's request log (one line per request, with its time), if kept
 
     def start(self) -> None:
         # the embedded stack's S3 server: moto's, with its conditional writes atomic as S3's are
         cmd = [sys.executable, "-m", "serving.local.s3_server", "-H", "127.0.0.1", "-p", str(self.port)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out = self.log.open("ab") if self.log else subprocess.DEVNULL
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=out)
+        finally:
+            if self.log:
+                out.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -42,6 +48,12 @@ class S3Server:
             self.proc.terminate()
             self.proc.wait(timeout=10)
             self.proc = None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The request log's last ``lines`` (what a failed test that used this server shows)."""
+        if not self.log or not self.log.is_file():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def bucket_keys(store) -> list[str]:
