@@ -68,7 +68,6 @@ def altered(src: Path, dst: Path, scale, seed: int | None = None) -> Path:
     import re
     import shutil
 
-    import torch
     from safetensors.torch import load_file, save_file
 
     tensors = load_file(str(src / "adapter_model.safetensors"))

@@ -66,7 +66,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.adapters import CONFIG, POLICY_KINDS, WEIGHTS, AdapterRef, AdapterStore, ModelId
+from serving.adapters import CONFIG, WEIGHTS, AdapterRef, AdapterStore, ModelId
 from serving.auth import current, visible
 from serving.config import ServingConfig
 from serving.errors import (

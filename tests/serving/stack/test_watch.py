@@ -26,8 +26,8 @@ from evaluation.cli import main as maze_eval
 from evaluation.served import served_run_name
 from evaluation.store import Store
 from serving.adapters.files import content_version
-from tests.support.ray_cluster import local_ray_cluster
 from tests.support.gateway_stack import KEY
+from tests.support.ray_cluster import local_ray_cluster
 from training.cli import main as maze_train
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -113,6 +113,17 @@ def test_every_exported_step_is_published_scored_and_curved_across_a_kill(stack,
         assert second.returncode == 0, after[-3000:]
         assert f"resuming run {killed_run}" in after and f"job {job} SUCCEEDED" in after, after
 
+    versions = assert_each_step_published_scored_and_served(stack, tmp_path, job, killed_run, kept)
+    assert_a_rerun_does_nothing(stack, tmp_path, job, serving_yaml)
+    assert_the_served_curve(db, tmp_path, job)
+    assert_a_step_published_by_hand_serves(stack, tmp_path, serving_yaml, versions[0])
+
+
+def assert_each_step_published_scored_and_served(stack, tmp_path: Path, job: str, killed_run: str,
+                                                 kept: list[tuple[int, int]]) -> list[str]:
+    """Each exported step pushed once as the version its files hash to, scored once pinned to it (the
+    killed run resumed, not replayed), with its parity kept; returns the steps' versions."""
+    db = tmp_path / "results.db"
     steps = [s["step"] for s in json.loads(CliRunner().invoke(maze_train, ["checkpoints", str(tmp_path / "export"),
                                                                            "--json"]).stdout)]
     assert steps == [1, 2], steps
@@ -138,8 +149,12 @@ def test_every_exported_step_is_published_scored_and_curved_across_a_kill(stack,
     assert set(kept) <= rows and len(kept) < 8
     assert [(r["step"], r["version"]) for r in store.list_served_steps(job)] == list(zip(steps, versions, strict=True))
     store.close()
+    return versions
 
-    # Once more, even with the ledger gone: nothing left to do, nothing done twice.
+
+def assert_a_rerun_does_nothing(stack, tmp_path: Path, job: str, serving_yaml: Path) -> None:
+    """Once more, even with the ledger gone: nothing left to do, nothing done twice."""
+    db = tmp_path / "results.db"
     (tmp_path / "ledger.json").unlink()
     rerun = CliRunner().invoke(maze_train, ["watch", job, "--adapter", "watched", "--export", str(tmp_path / "export"),
                                             "--serving-config", str(serving_yaml), "--endpoint", stack.base_url,
@@ -148,13 +163,15 @@ def test_every_exported_step_is_published_scored_and_curved_across_a_kill(stack,
     assert rerun.exit_code == 0 and not [line for line in rerun.output.splitlines() if line.startswith("step ")], rerun.output
     assert len(Store(str(db)).list_runs()) == 2 and len(stack.store.history("watched")) == 2
 
-    # The served curve beside the trainer's pass@1, within 80 columns, best step and how to serve it.
+
+def assert_the_served_curve(db: Path, tmp_path: Path, job: str) -> None:
+    """The served curve beside the trainer's pass@1, within 80 columns, best step and how to serve it."""
     board = CliRunner(env={"COLUMNS": "80"}).invoke(maze_eval, ["--db", str(db), "leaderboard", "--curves"]).output
     assert max(len(line) for line in board.splitlines()) <= 80 and "…" not in board, board
     assert f"served curve of {job}" in board and "maze-serve adapters promote watched@" in board, board
     data = json.loads(CliRunner().invoke(maze_eval, ["--db", str(db), "leaderboard", "--curves", "--json"]).stdout)
     (curve,) = data["served"]
-    assert [p["step"] for p in curve["points"]] == steps
+    assert [p["step"] for p in curve["points"]] == [1, 2]
     assert all(p["trainer_pass_at_1"] is not None and p["n"] == 8 for p in curve["points"])
     report = tmp_path / "curve.html"
     out = CliRunner().invoke(maze_eval, ["--db", str(db), "report", "--curve", job, "--out", str(report)])
@@ -163,7 +180,9 @@ def test_every_exported_step_is_published_scored_and_curved_across_a_kill(stack,
     best = next(p for p in curve["points"] if p["step"] == curve["best_step"])
     assert f"Best served step: {best['step']}" in text and f"maze-serve adapters promote watched@{best['version']}" in text
 
-    # The same export's step 1 published by hand under a name of its own: served at once.
+
+def assert_a_step_published_by_hand_serves(stack, tmp_path: Path, serving_yaml: Path, version: str) -> None:
+    """The same export's step 1 (``version``) published by hand under a name of its own: served at once."""
     pub = CliRunner().invoke(maze_train, ["publish", "--export", str(tmp_path / "export"), "--step", "1",
                                           "--name", "by-hand", "--serving-config", str(serving_yaml)])
     assert pub.exit_code == 0 and "published maze-tiny:by-hand" in pub.stdout, pub.output
@@ -172,4 +191,4 @@ def test_every_exported_step_is_published_scored_and_curved_across_a_kill(stack,
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["status"] == "complete" and out["summary"]["n"] == 4 and out["manifest"]["adapter"] == "by-hand"
-    assert out["manifest"]["adapter_version"] == versions[0]
+    assert out["manifest"]["adapter_version"] == version

@@ -9,8 +9,6 @@ import os
 from pathlib import Path
 from typing import Optional
 
-import pytest
-
 from training.skyrl.keys import _KEYS_FILE, SKYRL_VERSION, is_known_key
 
 ROOT = Path(__file__).resolve().parents[3]
