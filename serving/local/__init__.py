@@ -10,6 +10,6 @@ import this room: nothing that builds the app does.
 
 from serving.local import cluster, embedded
 from serving.local.embedded import ensure_embedded_gateway
-from serving.local.ports import free_port
+from serving.local.ports import free_port, free_ports
 
-__all__ = ["cluster", "embedded", "ensure_embedded_gateway", "free_port"]
+__all__ = ["cluster", "embedded", "ensure_embedded_gateway", "free_port", "free_ports"]

@@ -44,7 +44,7 @@ from serving.config import ServingConfig
 from serving.errors import ServingError
 from serving.local import embedded
 from serving.local.driver_output import caller_logging_kept, output_to
-from serving.local.ports import HOST, free_port, ray_node_port_args  # HOST: what clients connect to
+from serving.local.ports import HOST, free_port, free_ports, ray_node_port_args  # HOST: what clients connect to
 from serving.local.processes import RAY_GRACE_S, alive, http_status, port_free, reap, session_pids, stop_group, wait_for
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,7 @@ def _spawn(cmd: list[str], env: dict[str, str], log_name: str) -> int:
 
 def _start_head(cfg: ServingConfig, shared: Path, head_cpus: int) -> tuple[int, str, str, str, int]:
     """The head node; returns (pid, GCS address, dashboard URL, temp dir, metrics port)."""
-    gcs, dash, metrics = free_port(), free_port(), free_port()
+    gcs, dash, metrics = free_ports(3)
     temp_dir = tempfile.mkdtemp(prefix="maze-rc-", dir="/tmp")  # short: Ray's socket paths stay < 107 chars
     ray_exe = str(Path(sys.executable).with_name("ray"))
     embedded.ensure_auth_token(Path(ray_exe))
@@ -146,7 +146,7 @@ def _start_head(cfg: ServingConfig, shared: Path, head_cpus: int) -> tuple[int, 
            f"--num-cpus={head_cpus}", f"--resources={json.dumps({HEAD_RESOURCE: 1})}",
            "--include-dashboard=true", f"--dashboard-host={HEAD_HOST}", f"--dashboard-port={dash}",
            "--disable-usage-stats", f"--temp-dir={temp_dir}", f"--metrics-export-port={metrics}",
-           "--object-store-memory=100000000", *ray_node_port_args()]
+           "--object-store-memory=100000000", *ray_node_port_args(gcs, dash, metrics)]
     pid = _spawn(cmd, _ray_env(cfg, shared), "head.log")
     return pid, f"{HEAD_HOST}:{gcs}", f"http://{HEAD_HOST}:{dash}", temp_dir, metrics
 
@@ -160,7 +160,7 @@ def start_worker(state: ClusterState, index: int, cfg: ServingConfig | None = No
     host = node_host(index)
     cmd = [ray_exe, "start", f"--address={state.ray_address}", "--block", f"--node-ip-address={host}",
            f"--num-cpus={WORKER_CPUS}", f"--resources={json.dumps(resources)}", "--disable-usage-stats",
-           f"--metrics-export-port={metrics}", "--object-store-memory=100000000", *ray_node_port_args()]
+           f"--metrics-export-port={metrics}", "--object-store-memory=100000000", *ray_node_port_args(metrics)]
     env = _ray_env(cfg, Path(state.shared_dir))
     # Each node would be its own machine: give each worker's engine its own core, where vLLM's CPU
     # backend would otherwise bind every node's engine to the same first core.

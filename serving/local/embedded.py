@@ -37,9 +37,9 @@ from serving.engine import describe_allocator, pin_session, plan_core_split
 from serving.errors import ServingError
 from serving.ingress import direct_ingress_env, direct_proxy_port
 from serving.local.driver_output import caller_logging_kept, output_to
-from serving.local.ports import HOST, free_port, ray_node_port_args
+from serving.local.ports import HOST, free_port, free_ports, ray_node_port_args
 from serving.local.processes import RAY_GRACE_S, alive, http_status, listening, port_free, session_pids, stop_group
-from serving.local.start_failure import root_cause
+from serving.local.start_failure import last_exception, root_cause
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ def ensure_auth_token(ray_exe: Path) -> Path | None:
 
 def _start_ray(cfg: ServingConfig) -> tuple[int, str, str, int]:
     """``ray start --head --block`` in its own session; returns (pid, address, temp dir, metrics port)."""
-    gcs, metrics = free_port(), free_port()
+    gcs, metrics = free_ports(2)
     # A short temp dir: Ray's unix socket paths must stay under ~107 characters.
     temp_dir = tempfile.mkdtemp(prefix="maze-ray-", dir="/tmp")
     ray_exe = Path(sys.executable).with_name("ray")
@@ -206,7 +206,7 @@ def _start_ray(cfg: ServingConfig) -> tuple[int, str, str, int]:
     cmd = [str(ray_exe), "start", "--head", "--block", f"--node-ip-address={HOST}", f"--port={gcs}",
            f"--num-cpus={os.cpu_count() or 2}", "--include-dashboard=false", "--disable-usage-stats",
            f"--temp-dir={temp_dir}", f"--metrics-export-port={metrics}", "--object-store-memory=200000000",
-           *ray_node_port_args()]  # a second Ray on this machine (training, tests) never clashes
+           *ray_node_port_args(gcs, metrics)]  # a second Ray on this machine (training, tests) never clashes
     # The ingress settings come from the config alone (after os.environ): they decide which process
     # owns the config's port.
     env = {**RAY_SERVE_TUNING_ENV, **os.environ, **RAY_ENV, **s3_env(cfg),
@@ -215,6 +215,23 @@ def _start_ray(cfg: ServingConfig) -> tuple[int, str, str, int]:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
     return proc.pid, f"{HOST}:{gcs}", temp_dir, metrics
+
+
+def _wait_for_gcs(address: str, ray_pid: int, deadline: float) -> None:
+    """Return once the head's GCS accepts connections. ``ray.init`` on a GCS that never comes retries
+    without end, so a head that exited (``ray start`` refusing its arguments, say) or is still not up
+    at ``deadline`` is an EmbeddedError naming the head's last error line."""
+    port = int(address.rsplit(":", 1)[1])
+    while not listening(port):
+        if not alive(ray_pid) or time.monotonic() > deadline:
+            log_file = state_dir() / "logs" / "ray.log"
+            try:
+                why = last_exception(log_file.read_text(errors="replace"))
+            except OSError:
+                why = None
+            why = why or ("it exited" if not alive(ray_pid) else "its GCS did not listen within 120 s")
+            raise EmbeddedError(f"Ray did not start: {why}; see {log_file}")
+        time.sleep(0.5)
 
 
 def _deploy(cfg: ServingConfig, address: str, ray_pid: int, progress: Callable[[str], None]) -> None:
@@ -229,6 +246,7 @@ def _deploy_app(cfg: ServingConfig, address: str, ray_pid: int, progress: Callab
         import ray
 
     deadline = time.monotonic() + 120
+    _wait_for_gcs(address, ray_pid, deadline)
     while True:
         try:
             with output_to(driver_log):

@@ -31,6 +31,12 @@ def _last_lines_of_tracebacks(text: str) -> list[str]:
     return found
 
 
+def last_exception(text: str) -> str | None:
+    """The exception line that ends the last traceback in ``text`` (a process's own output), if any."""
+    found = _last_lines_of_tracebacks(text)
+    return found[-1] if found else None
+
+
 def root_cause(logs: Path) -> str | None:
     """The first exception that ended a traceback in the Ray workers' output under ``logs`` (oldest
     file first: the first attempt fails first, and its innermost failure is printed first), preferring
@@ -43,4 +49,4 @@ def root_cause(logs: Path) -> str | None:
     return chosen[:300] if chosen else None
 
 
-__all__ = ["root_cause"]
+__all__ = ["last_exception", "root_cause"]

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from serving.local import free_port
-from serving.local.ports import ray_node_port_args
+from serving.local.ports import free_ports, ray_node_port_args
 
 
 @contextmanager
@@ -24,18 +23,18 @@ def local_ray_cluster(num_cpus: int = 2, auth_token: str | None = None):
     the cluster requires that Ray token."""
     ray = str(Path(sys.executable).parent / "ray")
     tmp = tempfile.mkdtemp(prefix="maze-ray-")
-    dash = free_port()
+    dash, gcs = free_ports(2)
     # Loopback-only test clusters: no token auth (Ray 2.60 turns it on when ~/.ray/auth_token exists).
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
            # Jobs run `python ...`: make that this venv's interpreter, as an activated venv would.
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     if auth_token:
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=auth_token)
-    cmd = [ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={free_port()}",
+    cmd = [ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}",
            "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--num-cpus={num_cpus}",
            f"--temp-dir={tmp}", "--disable-usage-stats", "--include-dashboard=true", "--block",
            # Its own agent ports: a gateway's or another test's Ray may be up on this machine too.
-           *ray_node_port_args()]
+           *ray_node_port_args(dash, gcs)]
     # --block keeps the head in a process we own: stopping its process group stops this cluster
     # only (`ray stop` would also stop any other Ray on the machine, e.g. the gateway's).
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

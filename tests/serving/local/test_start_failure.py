@@ -49,3 +49,48 @@ def test_serves_failed_deploy_becomes_the_stacks_error_naming_the_replicas_failu
     assert str(err) == ("the gateway app did not start: Deploying application maze-gpu failed: Failed to update the "
                         f"deployments ['GatewayLLMServer:maze-tiny'].; the replica failed with AssertionError; see {tmp_path}")
     assert str(deploy_failed(serve_says, None)).endswith("['GatewayLLMServer:maze-tiny'].")
+
+
+# The end of what `ray start --head` printed when two of its ports were one (seen in a test run).
+RAY_PORT_CLASH = """Traceback (most recent call last):
+  File "/x/.venv/lib/python3.11/site-packages/ray/_private/parameter.py", line 343, in update_pre_selected_port
+    raise ValueError(
+ValueError: Ray component dashboard_agent_http is trying to use a port number 53823 that is used by other components.
+Port information: {'object_manager': 53823, 'dashboard_agent_http': 53823}
+If you allocate ports, please make sure the same port is not used by multiple components.
+"""
+
+
+def test_a_ray_head_that_exited_is_an_error_naming_why_not_a_wait(tmp_path, monkeypatch):
+    import subprocess
+    import time
+
+    import pytest
+
+    from serving.local import embedded
+    from serving.local.ports import free_port
+
+    monkeypatch.setenv("MAZE_HOME", str(tmp_path))
+    logs = embedded.state_dir() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / "ray.log").write_text(RAY_PORT_CLASH)
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    t0 = time.monotonic()
+    with pytest.raises(embedded.EmbeddedError) as caught:  # nothing listens on the GCS port
+        embedded._wait_for_gcs(f"127.0.0.1:{free_port()}", exited.pid, time.monotonic() + 120)
+    assert time.monotonic() - t0 < 5
+    assert "Ray did not start: ValueError: Ray component dashboard_agent_http" in str(caught.value)
+    assert str(logs / "ray.log") in str(caught.value)
+
+
+def test_ports_taken_together_are_distinct_and_avoid_the_ones_given():
+    from serving.local.ports import free_ports, ray_node_port_args
+
+    for _ in range(50):
+        ports = free_ports(7)
+        assert len(set(ports)) == 7
+    taken = tuple(free_ports(2))
+    args = ray_node_port_args(*taken)
+    chosen = [int(a.rsplit("=", 1)[1]) for a in args]
+    assert len(set(chosen)) == 5 and not set(chosen) & set(taken)
