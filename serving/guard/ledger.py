@@ -14,7 +14,7 @@ benchmarks/guard_error_rate.py measures the rates on simulated traffic). A sessi
 than the horizon is counted in its arm and in no pair (the sessions that started with it may be
 paired already), and so is one that started before the canary did: of the sessions already running
 when a canary starts, the ones that report after it are mostly the long, failed ones, and pairing
-them with the canary's first sessions would favour the canary. The same rules hold for both arms. A session that ended on an endpoint error solved nothing it could be judged on: it counts in
+them with the canary's earliest, short sessions would favour the canary. The same rules hold for both arms. A session that ended on an endpoint error solved nothing it could be judged on: it counts in
 the error guard rail, not in a pair.
 """
 
